@@ -1,0 +1,10 @@
+//! birdjepa's audio core: decode, resample, Kaldi fbank, Arrow shards and the loader pipeline.
+//!
+//! Every module here except `python` is plain Rust with no pyo3 dependency; `python` is the one
+//! binding module, compiled with the `python` feature (maturin turns it on).
+
+pub mod clip;
+pub mod error;
+
+#[cfg(feature = "python")]
+mod python;
