@@ -1,23 +1,27 @@
-"""birdjepa: JAX pretraining for bioacoustics with a Rust audio loader."""
+"""birdjepa: JAX pretraining for bioacoustics with a Rust audio loader.
 
-import birdjepa._rs as _rs
+The exception classes live in the Rust extension; they are loaded on first access so that
+`import birdjepa.model` does not need the extension.
+"""
 
-AudioError = _rs.AudioError
-UnsupportedCodecError = _rs.UnsupportedCodecError
-CorruptAudioError = _rs.CorruptAudioError
-EmptyAudioError = _rs.EmptyAudioError
-BadArgumentError = _rs.BadArgumentError
-DatasetError = _rs.DatasetError
-StateMismatchError = _rs.StateMismatchError
-__version__ = _rs.__version__
+__version__ = "0.1.0"
 
-__all__ = [
+_EXCEPTIONS = (
     "AudioError",
-    "BadArgumentError",
-    "CorruptAudioError",
-    "DatasetError",
-    "EmptyAudioError",
-    "StateMismatchError",
     "UnsupportedCodecError",
-    "__version__",
-]
+    "CorruptAudioError",
+    "EmptyAudioError",
+    "BadArgumentError",
+    "DatasetError",
+    "StateMismatchError",
+)
+
+__all__ = [*_EXCEPTIONS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXCEPTIONS:
+        import birdjepa._rs
+
+        return getattr(birdjepa._rs, name)
+    raise AttributeError(f"module 'birdjepa' has no attribute {name!r}")

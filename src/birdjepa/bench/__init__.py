@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m birdjepa.bench {transforms,loader,train,ckpt}`. They print figures."""

@@ -1,0 +1,18 @@
+"""Dispatch `python -m birdjepa.bench NAME [args]` to `birdjepa.bench.NAME.main(args)`."""
+
+import importlib
+import sys
+
+NAMES = ("transforms", "loader", "train", "ckpt")
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in NAMES:
+        print(f"usage: python -m birdjepa.bench {{{','.join(NAMES)}}} [args]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"birdjepa.bench.{argv[0]}")
+    return module.main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
