@@ -1,0 +1,82 @@
+"""Multi-process set-up: `jax.distributed` from the submitit/Slurm environment, and agreement.
+
+Outside a submitit job, or inside one with a single task, nothing is initialised. With several
+tasks the coordinator is taken explicitly from `submitit.helpers.TorchDistributedEnvironment()`
+(JAX's own Slurm auto-detection picks a coordinator port the tasks do not agree on, and jobs died
+at the heartbeat timeout in the system this replaces).
+"""
+
+import dataclasses
+import logging
+
+import jax
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    init_timeout_s: int = 300
+    """Seconds to wait for every process to reach the coordinator."""
+    heartbeat_timeout_s: int = 120
+    """Seconds without a heartbeat before a peer counts as dead and the survivors abort."""
+    shutdown_timeout_s: int = 60
+    """Seconds a process waits at exit for its peers (JAX's default of 300 s hides failures)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    process_index: int
+    process_count: int
+    coordinator: str | None
+    """`host:port` of the coordinator, or None for a single process."""
+
+
+def _submitit_env():
+    """The torch-style distributed environment of the current submitit job, or None."""
+    import submitit.helpers
+
+    try:
+        return submitit.helpers.TorchDistributedEnvironment()
+    except RuntimeError:
+        return None  # not inside a submitit job
+
+
+def initialize(cfg: DistributedConfig) -> Topology:
+    """Initialise `jax.distributed` when this is one task of several; idempotent."""
+    env = _submitit_env()
+    if env is None or env.world_size == 1:
+        return Topology(process_index=0, process_count=1, coordinator=None)
+    coordinator = f"{env.master_addr}:{env.master_port}"
+    if not jax.distributed.is_initialized():
+        logger.info("jax.distributed: rank %d of %d via %s", env.rank, env.world_size, coordinator)
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=env.world_size,
+            process_id=env.rank,
+            initialization_timeout=cfg.init_timeout_s,
+            heartbeat_timeout_seconds=cfg.heartbeat_timeout_s,
+            shutdown_timeout_seconds=cfg.shutdown_timeout_s,
+        )
+    if jax.process_count() != env.world_size or jax.process_index() != env.rank:
+        raise RuntimeError(
+            f"jax.distributed disagrees with submitit: expected process {env.rank} of "
+            f"{env.world_size}, got {jax.process_index()} of {jax.process_count()}"
+        )
+    return Topology(process_index=env.rank, process_count=env.world_size, coordinator=coordinator)
+
+
+def shutdown() -> None:
+    if jax.distributed.is_initialized():
+        jax.distributed.shutdown()
+
+
+def any_process(flag: bool) -> bool:
+    """True on every process if `flag` is True on any process (a collective: call on all)."""
+    if jax.process_count() == 1:
+        return flag
+    import jax.experimental.multihost_utils as mhu
+
+    flags = mhu.process_allgather(np.asarray([flag], np.int32))
+    return bool(np.asarray(flags).any())
