@@ -4,7 +4,9 @@
 //! binding module, compiled with the `python` feature (maturin turns it on).
 
 pub mod clip;
+pub mod decode;
 pub mod error;
+pub mod fbank;
 
 #[cfg(feature = "python")]
 mod python;

@@ -1,0 +1,553 @@
+//! Decoding with symphonia: whole recordings or just a window of them, mixed to mono f32.
+//!
+//! A window is decoded by seeking where the container allows it (WAV, FLAC and Ogg by their own
+//! indexes or bisection; MP3 by scanning frame headers from the start, which is exact and reads no
+//! audio data), then decoding forward and discarding to the exact first sample. The result equals
+//! "decode everything, then cut" (bit-exact for PCM and FLAC; within codec round-off for lossy
+//! codecs, whose first frames after a seek are pre-rolled and dropped). Where a seek fails we fall
+//! back to decoding from the start and say so (`Decoded::seeked == false`).
+//!
+//! symphonia can panic on malformed input: every entry point runs under `catch_unwind` and maps a
+//! panic to `Error::CorruptData`. Packet loops are bounded by the input size.
+
+use std::io::Cursor;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use symphonia::core::codecs::audio::{AudioDecoder, AudioDecoderOptions};
+use symphonia::core::errors::Error as SymError;
+use symphonia::core::formats::probe::Hint;
+use symphonia::core::formats::{FormatOptions, FormatReader, SeekMode, SeekTo, TrackType};
+use symphonia::core::io::{MediaSourceStream, MediaSourceStreamOptions};
+use symphonia::core::meta::MetadataOptions;
+use symphonia::core::units::Timestamp;
+
+use crate::error::{Error, Result};
+
+/// The highest sample rate we accept from a container (or as an argument elsewhere).
+pub const MAX_SAMPLE_RATE: u32 = 768_000;
+
+/// What the container header says about a recording.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AudioInfo {
+    pub sample_rate: u32,
+    pub channels: usize,
+    /// Number of (playable) frames, where the container states it.
+    pub n_frames: Option<u64>,
+    /// Codec short name, e.g. "vorbis", "mp3", "flac", "pcm_s16le".
+    pub codec: String,
+    /// Container short name, e.g. "ogg", "mp3", "flac", "wave".
+    pub container: String,
+}
+
+/// Decoded mono samples at the native rate.
+#[derive(Clone, Debug, Default)]
+pub struct Decoded {
+    pub samples: Vec<f32>,
+    pub sample_rate: u32,
+    /// Index of the first returned frame in the recording.
+    pub start_frame: u64,
+    /// False when a windowed decode had to fall back to decoding from the start.
+    pub seeked: bool,
+}
+
+/// Run `f`, turning a panic inside symphonia into `CorruptData`.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Error::corrupt(format!("decoder panicked: {msg}")))
+        }
+    }
+}
+
+fn map_sym(err: SymError, what: &str) -> Error {
+    match err {
+        SymError::Unsupported(s) => Error::UnsupportedCodec {
+            detail: format!("{what}: {s}"),
+        },
+        SymError::IoError(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Error::corrupt(format!("{what}: truncated (unexpected end of data)"))
+        }
+        other => Error::corrupt(format!("{what}: {other}")),
+    }
+}
+
+/// An opened recording: demuxer plus decoder for its first audio track.
+pub struct Source<'a> {
+    data: &'a [u8],
+    format: Box<dyn FormatReader + 'a>,
+    decoder: Box<dyn AudioDecoder>,
+    track_id: u32,
+    start_ts: i64,
+    info: AudioInfo,
+    /// Frames to decode and drop before the wanted start after a seek (codec warm-up).
+    preroll: u64,
+    seek_mode: SeekMode,
+    scratch: Vec<Vec<f32>>,
+}
+
+impl<'a> Source<'a> {
+    /// Probe the bytes and set up a decoder. Fails on empty, unknown or corrupt headers.
+    pub fn open(data: &'a [u8]) -> Result<Self> {
+        guarded(|| Self::open_inner(data))
+    }
+
+    fn open_inner(data: &'a [u8]) -> Result<Self> {
+        if data.is_empty() {
+            return Err(Error::EmptyAudio {
+                detail: "zero-length input".into(),
+            });
+        }
+        let mss = MediaSourceStream::new(
+            Box::new(Cursor::new(data)),
+            MediaSourceStreamOptions::default(),
+        );
+        let format = symphonia::default::get_probe()
+            .probe(
+                &Hint::new(),
+                mss,
+                FormatOptions::default(),
+                MetadataOptions::default(),
+            )
+            .map_err(|e| match e {
+                SymError::Unsupported(s) => Error::UnsupportedCodec {
+                    detail: format!("no supported container recognised ({s})"),
+                },
+                other => map_sym(other, "probe"),
+            })?;
+        let container = format.format_info().short_name.to_string();
+        let track =
+            format
+                .default_track(TrackType::Audio)
+                .ok_or_else(|| Error::UnsupportedCodec {
+                    detail: format!("{container}: no decodable audio track"),
+                })?;
+        let params = track
+            .codec_params
+            .as_ref()
+            .and_then(|p| p.audio())
+            .ok_or_else(|| Error::UnsupportedCodec {
+                detail: format!("{container}: track has no audio codec parameters"),
+            })?
+            .clone();
+        let track_id = track.id;
+        let start_ts = track.start_ts.get();
+        let n_frames = track.num_frames;
+        let decoder = symphonia::default::get_codecs()
+            .make_audio_decoder(&params, &AudioDecoderOptions::default())
+            .map_err(|e| map_sym(e, &container))?;
+        let codec = decoder.codec_info().short_name.to_string();
+        let sample_rate = params
+            .sample_rate
+            .ok_or_else(|| Error::corrupt(format!("{container}: no sample rate")))?;
+        if sample_rate == 0 || sample_rate > MAX_SAMPLE_RATE {
+            return Err(Error::corrupt(format!(
+                "{container}: absurd sample rate {sample_rate} Hz (expected 1..={MAX_SAMPLE_RATE})"
+            )));
+        }
+        let channels = params.channels.as_ref().map(|c| c.count()).unwrap_or(0);
+        if channels == 0 || channels > 256 {
+            return Err(Error::corrupt(format!(
+                "{container}: bad channel count {channels}"
+            )));
+        }
+        // MP3: the first frame after a seek lacks its IMDCT overlap; decode two frames early.
+        // Ogg/Vorbis: the demuxer already backs off one random-access period and the decoder
+        // silences the first packet after a reset. PCM and FLAC frames are independent.
+        let (preroll, seek_mode) = match codec.as_str() {
+            "mp3" | "mp2" | "mp1" => (2 * 1152, SeekMode::Accurate),
+            _ => (0, SeekMode::Accurate),
+        };
+        Ok(Source {
+            data,
+            format,
+            decoder,
+            track_id,
+            start_ts,
+            info: AudioInfo {
+                sample_rate,
+                channels,
+                n_frames,
+                codec,
+                container,
+            },
+            preroll,
+            seek_mode,
+            scratch: Vec::new(),
+        })
+    }
+
+    pub fn info(&self) -> &AudioInfo {
+        &self.info
+    }
+
+    /// Decode frames `[start, start + len)` (to the end when `len` is None), mixed to mono.
+    /// The result is shorter than `len` when the recording ends first; `EmptyAudio` when the
+    /// window starts at or after the end.
+    pub fn read(&mut self, start: u64, len: Option<u64>) -> Result<Decoded> {
+        if len == Some(0) {
+            return Err(Error::EmptyAudio {
+                detail: "requested window has zero length".into(),
+            });
+        }
+        if let Some(n) = self.info.n_frames {
+            if start >= n {
+                return Err(Error::EmptyAudio {
+                    detail: format!("window starts at frame {start}, recording has {n} frames"),
+                });
+            }
+        }
+        guarded(|| self.read_inner(start, len))
+    }
+
+    fn read_inner(&mut self, start: u64, len: Option<u64>) -> Result<Decoded> {
+        let mut seeked = true;
+        if start > 0 {
+            let target = start.saturating_sub(self.preroll) as i64 + self.start_ts;
+            let res = self.format.seek(
+                self.seek_mode,
+                SeekTo::Timestamp {
+                    ts: Timestamp::new(target),
+                    track_id: self.track_id,
+                },
+            );
+            if res.is_err() {
+                // Re-open so that the demuxer state is known, then decode from the start.
+                let fresh = Source::open_inner(self.data)?;
+                self.format = fresh.format;
+                seeked = false;
+            }
+            self.decoder.reset();
+        }
+        let samples = self.decode_loop(start, len, seeked)?;
+        if samples.is_empty() {
+            return Err(Error::EmptyAudio {
+                detail: format!("no samples decoded from frame {start}"),
+            });
+        }
+        if let Some(bad) = samples.iter().position(|x| !x.is_finite()) {
+            return Err(Error::corrupt(format!(
+                "non-finite sample ({}) at frame {}",
+                samples[bad],
+                start + bad as u64
+            )));
+        }
+        Ok(Decoded {
+            samples,
+            sample_rate: self.info.sample_rate,
+            start_frame: start,
+            seeked,
+        })
+    }
+
+    fn decode_loop(&mut self, start: u64, len: Option<u64>, seeked: bool) -> Result<Vec<f32>> {
+        let end = len.map(|l| start.saturating_add(l));
+        let cap = end.map(|e| (e - start) as usize).unwrap_or(
+            self.info
+                .n_frames
+                .map(|n| n.saturating_sub(start) as usize)
+                .unwrap_or(0),
+        );
+        let mut out: Vec<f32> = Vec::with_capacity(cap.min(1 << 28));
+        let channels = self.info.channels;
+        let inv = 1.0 / channels as f32;
+        // Timestamp (relative to the track start) of the next decoded frame; anchored on the first
+        // non-empty buffer after a seek, then counted, exactly as a full decode counts.
+        let mut pos: Option<i64> = if seeked && start > 0 { None } else { Some(0) };
+        let max_packets = self.data.len() as u64 + 1024;
+        let mut n_packets = 0u64;
+        let mut reached_eof = false;
+        loop {
+            n_packets += 1;
+            if n_packets > max_packets {
+                return Err(Error::corrupt(
+                    "packet count exceeds input size (stuck demuxer)",
+                ));
+            }
+            let packet = match self.format.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) | Err(SymError::ResetRequired) => {
+                    reached_eof = true;
+                    break;
+                }
+                Err(e) => return Err(map_sym(e, &self.info.container)),
+            };
+            if packet.track_id != self.track_id {
+                continue;
+            }
+            let anchor = packet.pts.get() + packet.trim_start.get() as i64 - self.start_ts;
+            let buf = self
+                .decoder
+                .decode(&packet)
+                .map_err(|e| map_sym(e, &self.info.codec))?;
+            let n = buf.frames();
+            if n == 0 {
+                continue;
+            }
+            if buf.num_planes() != channels {
+                return Err(Error::corrupt(format!(
+                    "decoded {} channels, header says {channels}",
+                    buf.num_planes()
+                )));
+            }
+            let p0 = *pos.get_or_insert(anchor);
+            pos = Some(p0 + n as i64);
+            // Overlap of [p0, p0 + n) with [start, end).
+            let lo = (start as i64).max(p0);
+            let hi = end.map_or(p0 + n as i64, |e| (e as i64).min(p0 + n as i64));
+            if hi > lo {
+                buf.copy_to_vecs_planar::<f32>(&mut self.scratch);
+                let (a, b) = ((lo - p0) as usize, (hi - p0) as usize);
+                if channels == 1 {
+                    out.extend_from_slice(&self.scratch[0][a..b]);
+                } else {
+                    let base = out.len();
+                    out.extend_from_slice(&self.scratch[0][a..b]);
+                    for plane in &self.scratch[1..channels] {
+                        for (o, &x) in out[base..].iter_mut().zip(&plane[a..b]) {
+                            *o += x;
+                        }
+                    }
+                    for o in &mut out[base..] {
+                        *o *= inv;
+                    }
+                }
+            }
+            if let Some(e) = end {
+                if p0 + n as i64 >= e as i64 {
+                    break;
+                }
+            }
+        }
+        if reached_eof {
+            if let (Some(total), Some(p)) = (self.info.n_frames, pos) {
+                let wanted_end = end.map_or(total, |e| e.min(total));
+                if (p.max(0) as u64) < wanted_end {
+                    return Err(Error::corrupt(format!(
+                        "{}: truncated: header says {total} frames, stream ended at frame {p}",
+                        self.info.container
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Container header facts without decoding any audio.
+pub fn info(data: &[u8]) -> Result<AudioInfo> {
+    Source::open(data).map(|s| s.info)
+}
+
+/// Decode a whole recording to mono f32 at its native rate.
+pub fn decode(data: &[u8]) -> Result<Decoded> {
+    Source::open(data)?.read(0, None)
+}
+
+/// Convert seconds to a frame count at `sr`, validating the value.
+pub fn seconds_to_frames(name: &'static str, s: f64, sr: u32) -> Result<u64> {
+    if !s.is_finite() || s < 0.0 {
+        return Err(Error::bad_argument(name, "a finite number >= 0", s));
+    }
+    Ok((s * sr as f64).round() as u64)
+}
+
+/// Decode `[start_s, start_s + duration_s)` (to the end when `duration_s` is None).
+pub fn decode_window(data: &[u8], start_s: f64, duration_s: Option<f64>) -> Result<Decoded> {
+    let mut src = Source::open(data)?;
+    let sr = src.info.sample_rate;
+    let start = seconds_to_frames("start_s", start_s, sr)?;
+    let len = duration_s
+        .map(|d| seconds_to_frames("duration_s", d, sr))
+        .transpose()?;
+    src.read(start, len)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A minimal RIFF/WAVE writer: `fmt` 1 (PCM) or 3 (IEEE float), interleaved samples in [-1, 1].
+    pub(crate) fn wav_bytes(
+        samples: &[f32],
+        channels: u16,
+        sr: u32,
+        bits: u16,
+        float: bool,
+    ) -> Vec<u8> {
+        let bps = (bits / 8) as u32;
+        let mut body = Vec::with_capacity(samples.len() * bps as usize);
+        for &x in samples {
+            // Integer PCM uses symphonia's (and libsndfile's) scale: full scale = 2^(bits-1).
+            let q = |scale: f64| (x as f64 * scale).round().clamp(-scale, scale - 1.0);
+            match (float, bits) {
+                (true, 32) => body.extend_from_slice(&x.to_le_bytes()),
+                (true, 64) => body.extend_from_slice(&(x as f64).to_le_bytes()),
+                (false, 8) => body.push((q(128.0) as i16 + 128) as u8),
+                (false, 16) => body.extend_from_slice(&(q(32768.0) as i16).to_le_bytes()),
+                (false, 24) => body.extend_from_slice(&(q(8_388_608.0) as i32).to_le_bytes()[..3]),
+                (false, 32) => body.extend_from_slice(&(q(2_147_483_648.0) as i32).to_le_bytes()),
+                _ => panic!("unsupported format"),
+            }
+        }
+        let mut v = Vec::new();
+        v.extend_from_slice(b"RIFF");
+        v.extend_from_slice(&(36 + body.len() as u32).to_le_bytes());
+        v.extend_from_slice(b"WAVEfmt ");
+        v.extend_from_slice(&16u32.to_le_bytes());
+        v.extend_from_slice(&(if float { 3u16 } else { 1u16 }).to_le_bytes());
+        v.extend_from_slice(&channels.to_le_bytes());
+        v.extend_from_slice(&sr.to_le_bytes());
+        v.extend_from_slice(&(sr * bps * channels as u32).to_le_bytes());
+        v.extend_from_slice(&(bps as u16 * channels).to_le_bytes());
+        v.extend_from_slice(&bits.to_le_bytes());
+        v.extend_from_slice(b"data");
+        v.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        v.extend_from_slice(&body);
+        v
+    }
+
+    fn tone(n: usize, sr: u32, f: f64, amp: f64) -> Vec<f32> {
+        (0..n)
+            .map(|i| (amp * (2.0 * std::f64::consts::PI * f * i as f64 / sr as f64).sin()) as f32)
+            .collect()
+    }
+
+    #[test]
+    fn pcm_formats_decode_to_the_written_values() {
+        let x = tone(4000, 16000, 440.0, 0.8);
+        for (bits, float, tol) in [
+            (8u16, false, 0.5 / 128.0),
+            (16, false, 0.5 / 32768.0),
+            (24, false, 1e-6),
+            (32, false, 1e-6),
+            (32, true, 0.0),
+        ] {
+            let bytes = wav_bytes(&x, 1, 16000, bits, float);
+            let d = decode(&bytes).unwrap();
+            assert_eq!(d.sample_rate, 16000);
+            assert_eq!(d.samples.len(), x.len(), "bits {bits}");
+            let err = d
+                .samples
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                err <= tol as f32 + 1e-7,
+                "bits {bits} float {float}: err {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn stereo_is_mixed_to_mono_mean() {
+        let l = tone(3000, 8000, 300.0, 0.5);
+        let r = tone(3000, 8000, 700.0, 0.25);
+        let inter: Vec<f32> = l.iter().zip(&r).flat_map(|(a, b)| [*a, *b]).collect();
+        let d = decode(&wav_bytes(&inter, 2, 8000, 32, true)).unwrap();
+        assert_eq!(d.samples.len(), 3000);
+        for i in 0..3000 {
+            assert!((d.samples[i] - 0.5 * (l[i] + r[i])).abs() < 1e-6);
+        }
+        let i = info(&wav_bytes(&inter, 2, 8000, 16, false)).unwrap();
+        assert_eq!(
+            (i.sample_rate, i.channels, i.n_frames),
+            (8000, 2, Some(3000))
+        );
+        assert_eq!(i.container, "wave");
+    }
+
+    #[test]
+    fn window_equals_full_decode_cut() {
+        let x = tone(48000 * 3, 48000, 1000.0, 0.5);
+        let bytes = wav_bytes(&x, 1, 48000, 16, false);
+        let full = decode(&bytes).unwrap().samples;
+        for (s, d) in [(0.0, 0.5), (1.2345, 0.7), (2.9, 1.0)] {
+            let w = decode_window(&bytes, s, Some(d)).unwrap();
+            assert!(w.seeked);
+            let a = (s * 48000.0f64).round() as usize;
+            let b = (a + (d * 48000.0f64).round() as usize).min(full.len());
+            assert_eq!(w.samples, full[a..b].to_vec(), "window {s} {d}");
+        }
+        assert!(matches!(
+            decode_window(&bytes, 3.5, Some(1.0)),
+            Err(Error::EmptyAudio { .. })
+        ));
+        assert!(matches!(
+            decode_window(&bytes, -1.0, Some(1.0)),
+            Err(Error::BadArgument { .. })
+        ));
+    }
+
+    #[test]
+    fn nan_samples_are_corrupt() {
+        let mut x = tone(1000, 8000, 100.0, 0.5);
+        x[500] = f32::NAN;
+        assert!(matches!(
+            decode(&wav_bytes(&x, 1, 8000, 32, true)),
+            Err(Error::CorruptData { .. })
+        ));
+        x[500] = f32::INFINITY;
+        assert!(matches!(
+            decode(&wav_bytes(&x, 1, 8000, 32, true)),
+            Err(Error::CorruptData { .. })
+        ));
+    }
+
+    #[test]
+    fn absurd_sample_rates_are_rejected() {
+        let x = tone(1000, 8000, 100.0, 0.5);
+        for sr in [0u32, 1_000_000] {
+            let r = decode(&wav_bytes(&x, 1, sr, 16, false));
+            assert!(r.is_err(), "sr {sr} accepted");
+        }
+    }
+
+    #[test]
+    fn malformed_inputs_error_without_panicking() {
+        let x = tone(20000, 16000, 440.0, 0.5);
+        let good = wav_bytes(&x, 2, 16000, 16, false);
+        assert!(matches!(decode(&[]), Err(Error::EmptyAudio { .. })));
+        // Truncated at many offsets: an error (never a panic) unless nothing was cut.
+        for cut in [
+            1usize,
+            4,
+            11,
+            12,
+            30,
+            43,
+            44,
+            45,
+            1000,
+            good.len() / 2,
+            good.len() - 3,
+        ] {
+            let r = decode(&good[..cut]);
+            assert!(r.is_err(), "truncated at {cut} decoded fine");
+        }
+        // Random bytes.
+        let mut s = 0x1234_5678_9abc_def0u64;
+        for len in [1usize, 7, 100, 5000] {
+            let junk: Vec<u8> = (0..len)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s as u8
+                })
+                .collect();
+            assert!(decode(&junk).is_err());
+        }
+        // A valid header with garbage after it.
+        let mut g = good[..44].to_vec();
+        g.extend((0..5000).map(|i| (i * 37 % 251) as u8));
+        let _ = decode(&g); // PCM garbage is just noise or a truncation error; it must not panic.
+        assert!(matches!(decode(&g), Err(Error::CorruptData { .. })));
+    }
+}

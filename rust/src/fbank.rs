@@ -1,0 +1,610 @@
+//! Kaldi-compatible log-mel filterbank (`compute-fbank-feats` / kaldi-native-fbank), with
+//! Bird-MAE's defaults: 32 kHz, 128 mels, 25 ms Hanning frames every 10 ms, 1024-point FFT,
+//! pre-emphasis 0.97, DC removal, no dither, snip_edges, 20 Hz to Nyquist, power spectrum,
+//! natural log floored at f32 epsilon. 5 s at 32 kHz gives 498 x 128.
+//!
+//! An `Fbank` precomputes the window, the mel matrix (as one contiguous weight run per mel bin)
+//! and the FFT plan, and reuses its buffers: build one per worker, call `compute` per clip.
+
+use std::sync::Arc;
+
+use realfft::num_complex::Complex;
+use realfft::{RealFftPlanner, RealToComplex};
+
+use crate::decode::MAX_SAMPLE_RATE;
+use crate::error::{Error, Result};
+
+/// Kaldi's window functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowType {
+    Hanning,
+    Hamming,
+    Povey,
+    Rectangular,
+    Blackman,
+    Sine,
+}
+
+impl WindowType {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "hanning" | "hann" => WindowType::Hanning,
+            "hamming" => WindowType::Hamming,
+            "povey" => WindowType::Povey,
+            "rectangular" => WindowType::Rectangular,
+            "blackman" => WindowType::Blackman,
+            "sine" => WindowType::Sine,
+            _ => {
+                return Err(Error::bad_argument(
+                    "window_type",
+                    "one of hanning, hamming, povey, rectangular, blackman, sine",
+                    s,
+                ))
+            }
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowType::Hanning => "hanning",
+            WindowType::Hamming => "hamming",
+            WindowType::Povey => "povey",
+            WindowType::Rectangular => "rectangular",
+            WindowType::Blackman => "blackman",
+            WindowType::Sine => "sine",
+        }
+    }
+}
+
+/// Filterbank options; names follow kaldi-native-fbank's `FrameExtractionOptions`/`MelBanksOptions`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FbankConfig {
+    pub sample_rate: f32,
+    pub n_mels: usize,
+    pub frame_length_ms: f32,
+    pub frame_shift_ms: f32,
+    pub round_to_power_of_two: bool,
+    pub preemph: f32,
+    pub remove_dc: bool,
+    /// Standard deviation of Gaussian noise added to each frame (0 = off), as in Kaldi.
+    pub dither: f32,
+    /// Seed of the dither noise: the same seed and input give the same output.
+    pub seed: u64,
+    pub window_type: WindowType,
+    pub blackman_coeff: f32,
+    pub snip_edges: bool,
+    pub low_freq: f32,
+    /// 0 means Nyquist; negative means that far below Nyquist.
+    pub high_freq: f32,
+    pub use_power: bool,
+    pub use_log_fbank: bool,
+}
+
+impl Default for FbankConfig {
+    fn default() -> Self {
+        FbankConfig {
+            sample_rate: 32000.0,
+            n_mels: 128,
+            frame_length_ms: 25.0,
+            frame_shift_ms: 10.0,
+            round_to_power_of_two: true,
+            preemph: 0.97,
+            remove_dc: true,
+            dither: 0.0,
+            seed: 0,
+            window_type: WindowType::Hanning,
+            blackman_coeff: 0.42,
+            snip_edges: true,
+            low_freq: 20.0,
+            high_freq: 0.0,
+            use_power: true,
+            use_log_fbank: true,
+        }
+    }
+}
+
+fn mel_scale(f: f32) -> f32 {
+    1127.0 * (1.0 + f / 700.0).ln()
+}
+
+/// A splitmix64 stream with Box-Muller Gaussians, for seedable dither.
+struct Rng(u64);
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn gauss(&mut self) -> f32 {
+        let (u, v) = (self.uniform(), self.uniform());
+        ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
+    }
+}
+
+/// A ready-to-run filterbank: window, mel weights, FFT plan and buffers.
+pub struct Fbank {
+    cfg: FbankConfig,
+    frame_len: usize,
+    shift: usize,
+    padded: usize,
+    window: Vec<f32>,
+    /// Per mel bin: first FFT bin and the weights of the contiguous run of bins it covers.
+    mel: Vec<(usize, Vec<f32>)>,
+    fft: Arc<dyn RealToComplex<f32>>,
+    frame: Vec<f32>,
+    spec: Vec<Complex<f32>>,
+    scratch: Vec<Complex<f32>>,
+    power: Vec<f32>,
+}
+
+impl std::fmt::Debug for Fbank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fbank").field("cfg", &self.cfg).finish()
+    }
+}
+
+impl Fbank {
+    pub fn new(cfg: FbankConfig) -> Result<Self> {
+        let sr = cfg.sample_rate;
+        if !(sr.is_finite() && sr > 0.0 && sr <= MAX_SAMPLE_RATE as f32) {
+            return Err(Error::bad_argument(
+                "sample_rate",
+                format!("0 < rate <= {MAX_SAMPLE_RATE}"),
+                sr,
+            ));
+        }
+        for (name, v) in [
+            ("frame_length_ms", cfg.frame_length_ms),
+            ("frame_shift_ms", cfg.frame_shift_ms),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::bad_argument(
+                    name,
+                    "a positive number of milliseconds",
+                    v,
+                ));
+            }
+        }
+        // Kaldi truncates (samp_freq * 0.001 * ms) computed in double.
+        let frame_len = (sr as f64 * 0.001 * cfg.frame_length_ms as f64) as usize;
+        let shift = (sr as f64 * 0.001 * cfg.frame_shift_ms as f64) as usize;
+        if !(2..=1 << 20).contains(&frame_len) {
+            return Err(Error::bad_argument(
+                "frame_length_ms",
+                "2 to 2^20 samples per frame",
+                frame_len,
+            ));
+        }
+        if shift < 1 {
+            return Err(Error::bad_argument(
+                "frame_shift_ms",
+                "at least one sample",
+                shift,
+            ));
+        }
+        if !(cfg.preemph.is_finite() && (0.0..=1.0).contains(&cfg.preemph)) {
+            return Err(Error::bad_argument(
+                "preemph",
+                "a value in [0, 1]",
+                cfg.preemph,
+            ));
+        }
+        if !(cfg.dither.is_finite() && cfg.dither >= 0.0) {
+            return Err(Error::bad_argument(
+                "dither",
+                "a finite value >= 0",
+                cfg.dither,
+            ));
+        }
+        if !cfg.blackman_coeff.is_finite() {
+            return Err(Error::bad_argument(
+                "blackman_coeff",
+                "a finite value",
+                cfg.blackman_coeff,
+            ));
+        }
+        if cfg.n_mels < 3 || cfg.n_mels > 4096 {
+            return Err(Error::bad_argument("n_mels", "3 to 4096", cfg.n_mels));
+        }
+        let padded = if cfg.round_to_power_of_two {
+            frame_len.next_power_of_two()
+        } else {
+            frame_len
+        };
+        let nyquist = 0.5 * sr;
+        let high = if cfg.high_freq <= 0.0 {
+            nyquist + cfg.high_freq
+        } else {
+            cfg.high_freq
+        };
+        if !(cfg.low_freq.is_finite() && cfg.low_freq >= 0.0 && cfg.low_freq < nyquist) {
+            return Err(Error::bad_argument(
+                "low_freq",
+                format!("0 <= low_freq < {nyquist}"),
+                cfg.low_freq,
+            ));
+        }
+        if !(cfg.high_freq.is_finite() && high > cfg.low_freq && high <= nyquist) {
+            return Err(Error::bad_argument(
+                "high_freq",
+                format!("low_freq < high <= {nyquist} (0 = Nyquist, negative = offset from it)"),
+                cfg.high_freq,
+            ));
+        }
+
+        // Window, computed in double as Kaldi does.
+        let a = 2.0 * std::f64::consts::PI / (frame_len - 1) as f64;
+        let window = (0..frame_len)
+            .map(|i| {
+                let x = a * i as f64;
+                let w = match cfg.window_type {
+                    WindowType::Hanning => 0.5 - 0.5 * x.cos(),
+                    WindowType::Sine => (0.5 * x).sin(),
+                    WindowType::Hamming => 0.54 - 0.46 * x.cos(),
+                    WindowType::Povey => (0.5 - 0.5 * x.cos()).powf(0.85),
+                    WindowType::Rectangular => 1.0,
+                    WindowType::Blackman => {
+                        let c = cfg.blackman_coeff as f64;
+                        c - 0.5 * x.cos() + (0.5 - c) * (2.0 * x).cos()
+                    }
+                };
+                w as f32
+            })
+            .collect();
+
+        // Mel triangles in float, as kaldi-native-fbank computes them.
+        let n_fft_bins = padded / 2;
+        let bin_width = sr / padded as f32;
+        let (mel_lo, mel_hi) = (mel_scale(cfg.low_freq), mel_scale(high));
+        let delta = (mel_hi - mel_lo) / (cfg.n_mels + 1) as f32;
+        let mut mel = Vec::with_capacity(cfg.n_mels);
+        for b in 0..cfg.n_mels {
+            let left = mel_lo + b as f32 * delta;
+            let center = mel_lo + (b + 1) as f32 * delta;
+            let right = mel_lo + (b + 2) as f32 * delta;
+            let mut first = None;
+            let mut weights = Vec::new();
+            for i in 0..n_fft_bins {
+                let m = mel_scale(bin_width * i as f32);
+                if m > left && m < right {
+                    let w = if m <= center {
+                        (m - left) / (center - left)
+                    } else {
+                        (right - m) / (right - center)
+                    };
+                    first.get_or_insert(i);
+                    weights.push(w);
+                } else if first.is_some() {
+                    break;
+                }
+            }
+            match first {
+                Some(f) => mel.push((f, weights)),
+                None => {
+                    return Err(Error::bad_argument(
+                        "n_mels",
+                        format!("few enough bins that each covers an FFT bin (FFT size {padded})"),
+                        cfg.n_mels,
+                    ))
+                }
+            }
+        }
+        let fft = RealFftPlanner::<f32>::new().plan_fft_forward(padded);
+        let spec = fft.make_output_vec();
+        let scratch = fft.make_scratch_vec();
+        Ok(Fbank {
+            frame_len,
+            shift,
+            padded,
+            window,
+            mel,
+            frame: vec![0.0; padded],
+            spec,
+            scratch,
+            power: vec![0.0; n_fft_bins + 1],
+            fft,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &FbankConfig {
+        &self.cfg
+    }
+    pub fn n_mels(&self) -> usize {
+        self.cfg.n_mels
+    }
+    pub fn frame_length(&self) -> usize {
+        self.frame_len
+    }
+    pub fn frame_shift(&self) -> usize {
+        self.shift
+    }
+
+    /// Number of frames Kaldi extracts from `n` samples.
+    pub fn n_frames(&self, n: usize) -> usize {
+        if self.cfg.snip_edges {
+            if n < self.frame_len {
+                0
+            } else {
+                1 + (n - self.frame_len) / self.shift
+            }
+        } else {
+            (n + self.shift / 2) / self.shift
+        }
+    }
+
+    /// Features of `wave`, row-major (frames x mels).
+    pub fn compute(&mut self, wave: &[f32]) -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        self.compute_into(wave, &mut out)?;
+        Ok(out)
+    }
+
+    /// Like `compute`, writing into `out` (resized); returns the number of frames.
+    pub fn compute_into(&mut self, wave: &[f32], out: &mut Vec<f32>) -> Result<usize> {
+        if let Some(i) = wave.iter().position(|x| !x.is_finite()) {
+            return Err(Error::bad_argument(
+                "wave",
+                "finite samples",
+                format!("{} at index {i}", wave[i]),
+            ));
+        }
+        let n_frames = self.n_frames(wave.len());
+        let n_mels = self.cfg.n_mels;
+        out.clear();
+        out.resize(n_frames * n_mels, 0.0);
+        let mut rng = Rng(self.cfg.seed);
+        let (fl, coeff) = (self.frame_len, self.cfg.preemph);
+        for (f, row) in out.chunks_exact_mut(n_mels).enumerate() {
+            // Extract the frame (reflecting at the edges when not snipping).
+            let frame = &mut self.frame[..fl];
+            if self.cfg.snip_edges {
+                let s = f * self.shift;
+                frame.copy_from_slice(&wave[s..s + fl]);
+            } else {
+                let n = wave.len() as i64;
+                let s0 = (f * self.shift + self.shift / 2) as i64 - (fl / 2) as i64;
+                for (j, x) in frame.iter_mut().enumerate() {
+                    let mut s = s0 + j as i64;
+                    // Kaldi's reflection, repeated for very short inputs.
+                    while s < 0 || s >= n {
+                        s = if s < 0 { -s - 1 } else { 2 * n - 1 - s };
+                    }
+                    *x = wave[s as usize];
+                }
+            }
+            if self.cfg.dither != 0.0 {
+                for x in frame.iter_mut() {
+                    *x += self.cfg.dither * rng.gauss();
+                }
+            }
+            if self.cfg.remove_dc {
+                let mean = (frame.iter().map(|&x| x as f64).sum::<f64>() / fl as f64) as f32;
+                for x in frame.iter_mut() {
+                    *x -= mean;
+                }
+            }
+            // Pre-emphasis (backwards, in place) fused with the window.
+            if coeff != 0.0 {
+                for j in (1..fl).rev() {
+                    frame[j] = (frame[j] - coeff * frame[j - 1]) * self.window[j];
+                }
+                frame[0] = (frame[0] - coeff * frame[0]) * self.window[0];
+            } else {
+                for (x, w) in frame.iter_mut().zip(&self.window) {
+                    *x *= w;
+                }
+            }
+            self.frame[fl..].fill(0.0);
+            self.fft
+                .process_with_scratch(&mut self.frame, &mut self.spec, &mut self.scratch)
+                .map_err(|e| Error::corrupt(format!("fft: {e}")))?;
+            if self.cfg.use_power {
+                for (p, c) in self.power.iter_mut().zip(&self.spec) {
+                    *p = c.re * c.re + c.im * c.im;
+                }
+            } else {
+                for (p, c) in self.power.iter_mut().zip(&self.spec) {
+                    *p = (c.re * c.re + c.im * c.im).sqrt();
+                }
+            }
+            for (o, (first, w)) in row.iter_mut().zip(&self.mel) {
+                let e: f32 = w
+                    .iter()
+                    .zip(&self.power[*first..])
+                    .map(|(a, b)| a * b)
+                    .sum();
+                *o = if self.cfg.use_log_fbank {
+                    e.max(f32::EPSILON).ln()
+                } else {
+                    e
+                };
+            }
+        }
+        Ok(n_frames)
+    }
+
+    /// FFT size in use.
+    pub fn fft_size(&self) -> usize {
+        self.padded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive_dft_power(x: &[f64], k: usize) -> f64 {
+        let n = x.len();
+        let (mut re, mut im) = (0.0, 0.0);
+        for (i, &v) in x.iter().enumerate() {
+            let t = -2.0 * std::f64::consts::PI * (k * i) as f64 / n as f64;
+            re += v * t.cos();
+            im += v * t.sin();
+        }
+        re * re + im * im
+    }
+
+    #[test]
+    fn shape_matches_kaldi_framing() {
+        let mut fb = Fbank::new(FbankConfig::default()).unwrap();
+        assert_eq!(
+            (fb.frame_length(), fb.frame_shift(), fb.fft_size()),
+            (800, 320, 1024)
+        );
+        let out = fb.compute(&vec![0.0; 160_000]).unwrap();
+        assert_eq!(out.len(), 498 * 128);
+        assert!(
+            out.iter().all(|&v| v == f32::EPSILON.ln()),
+            "silence is the log floor"
+        );
+        assert_eq!(fb.n_frames(799), 0);
+        assert_eq!(fb.n_frames(800), 1);
+        assert_eq!(fb.n_frames(1119), 1);
+        assert_eq!(fb.n_frames(1120), 2);
+        let mut no_snip = Fbank::new(FbankConfig {
+            snip_edges: false,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(no_snip.n_frames(160_000), 500);
+        assert_eq!(no_snip.compute(&vec![0.1; 100]).unwrap().len(), 0);
+        assert_eq!(no_snip.compute(&vec![0.1; 200]).unwrap().len(), 128);
+    }
+
+    /// One frame checked against a direct f64 implementation of Kaldi's recipe (naive DFT).
+    #[test]
+    fn single_frame_matches_direct_f64_recipe() {
+        let cfg = FbankConfig::default();
+        let mut fb = Fbank::new(cfg.clone()).unwrap();
+        let mut s = 1u64;
+        let x: Vec<f32> = (0..800)
+            .map(|i| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) + (i as f32 * 0.05).sin()
+            })
+            .collect();
+        let got = fb.compute(&x).unwrap();
+        assert_eq!(got.len(), 128);
+        let mut v: Vec<f64> = x.iter().map(|&a| a as f64).collect();
+        let mean = v.iter().sum::<f64>() / 800.0;
+        v.iter_mut().for_each(|a| *a -= mean);
+        for j in (1..800).rev() {
+            v[j] -= 0.97 * v[j - 1];
+        }
+        v[0] -= 0.97 * v[0];
+        for (j, a) in v.iter_mut().enumerate() {
+            *a *= 0.5 - 0.5 * (2.0 * std::f64::consts::PI * j as f64 / 799.0).cos();
+        }
+        v.resize(1024, 0.0);
+        let power: Vec<f64> = (0..512).map(|k| naive_dft_power(&v, k)).collect();
+        let mel = |f: f64| 1127.0 * (1.0 + f / 700.0).ln();
+        let (lo, hi) = (mel(20.0), mel(16000.0));
+        let d = (hi - lo) / 129.0;
+        for (b, &g) in got.iter().enumerate() {
+            let (l, c, r) = (
+                lo + b as f64 * d,
+                lo + (b + 1) as f64 * d,
+                lo + (b + 2) as f64 * d,
+            );
+            let mut e = 0.0;
+            for (k, p) in power.iter().enumerate() {
+                let m = mel(k as f64 * 31.25);
+                if m > l && m < r {
+                    e += p * if m <= c {
+                        (m - l) / (c - l)
+                    } else {
+                        (r - m) / (r - c)
+                    };
+                }
+            }
+            let want = e.max(f32::EPSILON as f64).ln();
+            assert!(
+                (got[b] as f64 - want).abs() < 1e-3,
+                "bin {b}: {} vs {want}",
+                got[b]
+            );
+        }
+    }
+
+    #[test]
+    fn dither_is_seeded() {
+        let x = vec![0.0f32; 4000];
+        let mk = |seed| {
+            Fbank::new(FbankConfig {
+                dither: 1.0,
+                seed,
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let a = mk(7).compute(&x).unwrap();
+        let b = mk(7).compute(&x).unwrap();
+        let c = mk(8).compute(&x).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert!(
+            a.iter().all(|&v| v > f32::EPSILON.ln()),
+            "dither lifts silence off the floor"
+        );
+    }
+
+    #[test]
+    fn bad_options_are_rejected() {
+        let bad = [
+            FbankConfig {
+                sample_rate: 0.0,
+                ..Default::default()
+            },
+            FbankConfig {
+                sample_rate: 1e7,
+                ..Default::default()
+            },
+            FbankConfig {
+                n_mels: 0,
+                ..Default::default()
+            },
+            FbankConfig {
+                n_mels: 2000,
+                ..Default::default()
+            },
+            FbankConfig {
+                frame_shift_ms: 0.0,
+                ..Default::default()
+            },
+            FbankConfig {
+                frame_length_ms: f32::NAN,
+                ..Default::default()
+            },
+            FbankConfig {
+                high_freq: 17000.0,
+                ..Default::default()
+            },
+            FbankConfig {
+                low_freq: 20000.0,
+                ..Default::default()
+            },
+            FbankConfig {
+                dither: -1.0,
+                ..Default::default()
+            },
+        ];
+        for cfg in bad {
+            assert!(
+                matches!(Fbank::new(cfg.clone()), Err(Error::BadArgument { .. })),
+                "{cfg:?}"
+            );
+        }
+        let mut fb = Fbank::new(FbankConfig::default()).unwrap();
+        assert!(matches!(
+            fb.compute(&[0.0, f32::NAN]),
+            Err(Error::BadArgument { .. })
+        ));
+    }
+}
