@@ -581,22 +581,37 @@ StorageLoc=slurm_acct_db
                 proc.kill()
             proc.wait(timeout=10)
 
-    def _kill_strays(self) -> None:
-        """SIGKILL processes left by this cluster (slurmstepd, job tasks): those whose
-        environment carries the marker of this cluster's directory."""
+    def _stray_pids(self) -> list[int]:
+        """Processes left by this cluster: those whose environment carries the marker of this
+        cluster's directory (slurmstepd inherits it from slurmd), and all their descendants
+        (job tasks submitted from an environment without it)."""
         marker = f"{MARKER_ENV}={self.root}".encode()
         me = os.getpid()
-        for _ in range(3):
-            found = []
-            for entry in Path("/proc").iterdir():
-                if not entry.name.isdigit() or int(entry.name) == me:
-                    continue
-                try:
-                    environ = (entry / "environ").read_bytes()
-                except OSError:
-                    continue
-                if marker in environ.split(b"\0"):
-                    found.append(int(entry.name))
+        parent: dict[int, int] = {}
+        marked: set[int] = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == me:
+                continue
+            pid = int(entry.name)
+            try:
+                stat = (entry / "stat").read_text()
+                parent[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    marked.add(pid)
+            except (OSError, ValueError, IndexError):
+                continue
+        found = set(marked)
+        grew = True
+        while grew:
+            new = {p for p, pp in parent.items() if pp in found and p not in found and p != me}
+            found |= new
+            grew = bool(new)
+        return sorted(found)
+
+    def _kill_strays(self) -> None:
+        """SIGKILL what _stray_pids finds, until nothing is left (bounded)."""
+        for _ in range(5):
+            found = self._stray_pids()
             if not found:
                 return
             for pid in found:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import submitit
-from slurm_cluster import SlurmCluster
+from slurm_cluster import MARKER_ENV, SlurmCluster, SlurmClusterError
 from slurm_cluster import slurm_cluster as _slurm_cluster_fixture  # noqa: F401 - registers it
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
@@ -26,6 +26,7 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> S
     """os.environ set for submitit: our SLURM_CONF, and tests/ importable inside jobs
     (submitit pickles this module's classes by reference)."""
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    monkeypatch.setenv(MARKER_ENV, slurm_cluster.env[MARKER_ENV])  # teardown finds strays by it
     path = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", TESTS_DIR + (os.pathsep + path if path else ""))
     return slurm_cluster
@@ -175,7 +176,8 @@ def test_submitit_job_preempted_with_usr2_is_requeued_and_resumes(
     assert ev[1][1]["restart"] == "0"  # checkpoint() ran in the preempted attempt
     assert ev[2][1]["restart"] == "1" and ev[2][1]["from"] == str(k)
 
-    # Slurm's own record: requeued once, then completed.
+    # Slurm's own record: requeued once, then completed (the result is written before the end).
+    assert cluster.wait_job(job.job_id, timeout=30) == "COMPLETED"
     p = cluster.run(["sacct", "-D", "-X", "-n", "-P", "-o", "State", "-j", job.job_id])
     assert p.stdout.split() == ["REQUEUED", "COMPLETED"], p.stdout
     gap = float(ev[2][1]["t"]) - float(ev[1][1]["t"])
@@ -237,3 +239,26 @@ def test_two_task_job_sees_torch_distributed_environment(slurm_env: SlurmCluster
     # The results are written before the job ends; Slurm's record follows.
     assert cluster.wait_job(job.job_id, timeout=30) == "COMPLETED"
     _log(f"2-task job {time.monotonic() - t0:.1f} s; master {infos[0]['master_addr']}")
+
+
+class _BrokenCtldCluster(SlurmCluster):
+    """slurmctld alone gets a slurm.conf it rejects (the other daemons start normally)."""
+
+    def _start_slurmctld(self) -> None:
+        with self.conf_path.open("a") as f:
+            f.write("NoSuchOption=1\n")
+        super()._start_slurmctld()
+
+
+def test_failed_start_reports_daemon_log_and_leaves_nothing(slurm_cluster: SlurmCluster):
+    t0 = time.monotonic()
+    broken = _BrokenCtldCluster(startup_timeout=30)
+    with pytest.raises(SlurmClusterError) as err:
+        broken.start()
+    msg = str(err.value)
+    assert msg.startswith("slurmctld exited with"), msg
+    assert "NoSuchOption" in msg  # the daemon's own words, from its log tail
+    assert broken._stray_pids() == []
+    assert not broken.root.exists()
+    assert not broken._procs
+    _log(f"failed start reported in {time.monotonic() - t0:.1f} s")
