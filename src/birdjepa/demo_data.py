@@ -305,7 +305,9 @@ def plan_corpus(n_recordings: int, seed: int, min_s: float, max_s: float) -> lis
             codec=str(codecs[i]),
             sample_rate=int(rates[i]),
             channels=int(channels[i]),
-            n_frames=max(1, min(int(durs[i] * rates[i]), int(max_s * rates[i]))),
+            n_frames=int(
+                np.clip(round(durs[i] * rates[i]), math.ceil(min_s * rates[i]), max_s * rates[i])
+            ),
             seed=seed,
         )
         for i in range(n_recordings)
@@ -628,9 +630,14 @@ def _rows(plans: list[Recording], workers: int):
     if workers <= 1:
         yield from map(_make_row, plans)
         return
+    # spawn, not fork: the caller may hold threads (JAX, pytest plugins).
     ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+    ex = concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx)
+    try:
         yield from ex.map(_make_row, plans)
+    finally:
+        # On an error or early close, do not wait for the rest of the corpus.
+        ex.shutdown(wait=True, cancel_futures=True)
 
 
 def write(
