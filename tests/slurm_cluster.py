@@ -70,7 +70,7 @@ def missing_binaries() -> list[str]:
     return [b for b in BINARIES if shutil.which(b) is None]
 
 
-def ensure_installed(timeout: float = 1200.0) -> float:
+def ensure_installed(timeout: float = 480.0) -> float:
     """Install the Debian packages if any binary is missing; return the seconds spent."""
     global _apt_updated
     if not missing_binaries():
@@ -162,7 +162,7 @@ class SlurmCluster:
     ):
         self._own_root = root is None
         self.root = Path(root or tempfile.mkdtemp(prefix="bjslurm-")).resolve()
-        self.cpus = cpus or os.cpu_count() or 1
+        self.cpus = cpus or len(os.sched_getaffinity(0))  # as nproc
         self.cred_expire = cred_expire
         self.startup_timeout = startup_timeout
         self.install = install
@@ -663,3 +663,12 @@ def slurm_cluster_fixture(name: str = "slurm_cluster", scope: str = "session"):
 
 
 slurm_cluster = slurm_cluster_fixture()
+
+
+if __name__ == "__main__":
+    # By hand: `python tests/slurm_cluster.py`, then in another shell `export SLURM_CONF=...`.
+    with SlurmCluster() as _cluster:
+        print(f"export SLURM_CONF={_cluster.conf_path}", flush=True)
+        print(f"timings {_cluster.timings}; Ctrl-C to stop", flush=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
