@@ -1,0 +1,104 @@
+"""Run logging: metrics.jsonl, wandb, compact console lines, and a loss/accuracy plot."""
+
+import json
+import math
+import os
+import pathlib
+import typing
+
+import birdjepa.config
+
+
+def _jsonable(v):
+    v = float(v) if not isinstance(v, int | str | bool) else v
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # "nan" / "inf": keep the row valid JSON
+    return v
+
+
+class Logger:
+    """One JSON object per logged step in run_dir/metrics.jsonl, mirrored to wandb."""
+
+    def __init__(self, run_dir: pathlib.Path, cfg: birdjepa.config.Config, config_dict: dict):
+        self.path = run_dir / "metrics.jsonl"
+        self.file = open(self.path, "a")
+        self.run = None
+        mode = os.environ.get("WANDB_MODE", cfg.wandb.mode)
+        if mode != "disabled":
+            if mode == "offline":
+                # The env var (not just mode=) is what stops all network use.
+                os.environ.setdefault("WANDB_MODE", "offline")
+            import wandb
+
+            self.run = wandb.init(
+                project=cfg.wandb.project,
+                name=cfg.wandb.name or cfg.run_id,
+                id=cfg.run_id,
+                mode=mode,
+                dir=str(run_dir),
+                config=config_dict,
+                resume="allow",
+            )
+
+    def log(self, step: int, row: dict[str, typing.Any]) -> None:
+        row = {"step": int(step), **{k: _jsonable(v) for k, v in row.items()}}
+        self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+        if self.run is not None:
+            self.run.log({k: v for k, v in row.items() if k != "step"}, step=int(step))
+
+    def close(self) -> None:
+        self.file.close()
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+def console_line(step: int, n_steps: int, row: dict, rate: dict) -> str:
+    parts = [f"step {step}/{n_steps}"]
+    for k in ("loss", "probe_acc", "lr", "grad_norm"):
+        if k in row:
+            parts.append(f"{k} {row[k]:.4g}")
+    parts.append(f"{rate['steps_per_s']:.2f} steps/s")
+    parts.append(f"{rate['clips_per_s']:.0f} clips/s")
+    parts.append(f"data wait {100 * rate['data_wait_frac']:.0f}%")
+    return " | ".join(parts)
+
+
+def read(path: pathlib.Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot(metrics_path: pathlib.Path, png_path: pathlib.Path) -> None:
+    """Training loss (log scale) and train/eval probe accuracy against step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read(metrics_path)
+
+    def series(key):
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float)]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.5))
+    xs, ys = series("loss")
+    ax_loss.plot(xs, ys, label="train loss")
+    if ys and min(ys) > 0:
+        ax_loss.set_yscale("log")
+    ax_loss.set_xlabel("step")
+    ax_loss.set_title("loss")
+    for key, label in [("probe_acc", "probe (train)"), ("eval/probe_acc", "probe (eval)"),
+                       ("train_acc", "head (train)"), ("eval/head_acc", "head (eval)")]:
+        xs, ys = series(key)
+        if xs:
+            ax_acc.plot(xs, ys, "o-" if key.startswith("eval/") else "-", label=label)
+    ax_acc.set_ylim(0, 1)
+    ax_acc.set_xlabel("step")
+    ax_acc.set_title("accuracy")
+    ax_acc.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,38 @@
+"""Training objectives. Each is a module with a frozen-dataclass config and two functions:
+
+- `init_heads(cfg, encoder, n_classes, *, key) -> eqx.Module`: the objective's trainable heads;
+- `loss(cfg, encoder, heads, batch, *, key) -> (loss, metrics, emb_nd, target_n, weight_n)`:
+  the scalar loss, a dict of scalar parts, and the pooled embeddings with their labels and
+  weights for the online probe (views flattened view-major, N = V * B).
+"""
+
+import dataclasses
+import types
+import typing
+
+import birdjepa.objectives.lejepa as _lejepa
+import birdjepa.objectives.mae as _mae
+import birdjepa.objectives.supervised as _supervised
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveConfig:
+    name: typing.Literal["supervised", "lejepa", "mae"] = "supervised"
+    """Which objective trains the encoder; only its sub-config below is used."""
+    supervised: _supervised.SupervisedConfig = _supervised.SupervisedConfig()
+    lejepa: _lejepa.LeJEPAConfig = _lejepa.LeJEPAConfig()
+    mae: _mae.MAEConfig = _mae.MAEConfig()
+
+
+MODULES: dict[str, types.ModuleType] = {
+    "supervised": _supervised,
+    "lejepa": _lejepa,
+    "mae": _mae,
+}
+
+
+def get(cfg: ObjectiveConfig) -> tuple[types.ModuleType, typing.Any]:
+    """The objective's module and its sub-config."""
+    if cfg.name not in MODULES:
+        raise ValueError(f"objective.name: expected one of {sorted(MODULES)}, got {cfg.name!r}")
+    return MODULES[cfg.name], getattr(cfg, cfg.name)

@@ -1,0 +1,40 @@
+"""Pieces shared by the objectives: views handling, weighted means, cross-entropy."""
+
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Float, Int
+
+
+def as_views(data: Float[Array, "..."]) -> Float[Array, "v b t m"]:
+    """(B, T, M) -> (1, B, T, M); (V, B, T, M) unchanged."""
+    if data.ndim == 3:
+        return data[None]
+    if data.ndim == 4:
+        return data
+    raise ValueError(f"batch['data']: expected (B, T, M) or (V, B, T, M), got shape {data.shape}")
+
+
+def weights(batch: dict, b: int) -> Float[Array, " b"]:
+    """Per-example weights from the optional `valid` mask (1 for real rows, 0 for padding)."""
+    if "valid" in batch:
+        return batch["valid"].astype(jnp.float32)
+    return jnp.ones((b,), jnp.float32)
+
+
+def wmean(x: Float[Array, " n"], w: Float[Array, " n"]) -> Float[Array, ""]:
+    return (x * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+
+def xent(
+    logits_nc: Float[Array, "n c"], target_n: Int[Array, " n"], w_n: Float[Array, " n"]
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """Weighted-mean softmax cross-entropy and accuracy."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits_nc, target_n)
+    acc = (jnp.argmax(logits_nc, -1) == target_n).astype(jnp.float32)
+    return wmean(ce, w_n), wmean(acc, w_n)
+
+
+def tile_views(x_b: jax.Array, v: int) -> jax.Array:
+    """Repeat per-example values for V views flattened view-major: (B,) -> (V*B,)."""
+    return jnp.tile(x_b, v)

@@ -1,0 +1,98 @@
+"""LeJEPA (Balestriero & LeCun 2025): multi-view invariance plus SIGReg.
+
+loss = (1 - lambd) * invariance + lambd * SIGReg, on projector outputs z (V, B, K):
+- invariance: mean squared distance of each view's embedding to the mean over views;
+- SIGReg: project each view's embeddings on M random unit directions (resampled every step from
+  the key), and for every direction compare the empirical characteristic function to the
+  standard Gaussian's, exp(-t^2/2), with the Epps-Pulley statistic
+  N * integral |ecf(t) - exp(-t^2/2)|^2 exp(-t^2/2) dt (trapezoid rule on [-t_max, t_max]);
+  averaged over directions and views.
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+import birdjepa.model
+import birdjepa.objectives.common as common
+
+
+@dataclasses.dataclass(frozen=True)
+class LeJEPAConfig:
+    lambd: float = 0.05
+    """Weight of SIGReg; invariance gets 1 - lambd."""
+    n_slices: int = 256
+    """Random projection directions M for SIGReg, resampled every step."""
+    n_points: int = 17
+    """Quadrature points t, evenly spaced on [-t_max, t_max]."""
+    t_max: float = 5.0
+    """Half-width of the quadrature interval."""
+    proj_hidden: int = 512
+    """Hidden width of the projector MLP (encoder pooled -> hidden -> proj_dim)."""
+    proj_dim: int = 64
+    """Output dimension of the projector: the space where both terms act."""
+
+
+def sigreg(
+    z_nk: Float[Array, "n k"], *, key, n_slices: int, n_points: int = 17, t_max: float = 5.0,
+    w_n: Float[Array, " n"] | None = None,
+) -> Float[Array, ""]:
+    """Epps-Pulley SIGReg statistic averaged over `n_slices` random unit directions."""
+    n, k = z_nk.shape
+    a_km = jax.random.normal(key, (k, n_slices))
+    a_km = a_km / jnp.linalg.norm(a_km, axis=0, keepdims=True)
+    t_p = jnp.linspace(-t_max, t_max, n_points)
+    phi_p = jnp.exp(-0.5 * t_p**2)
+    x_nmp = (z_nk @ a_km)[:, :, None] * t_p
+    if w_n is None:
+        w_n = jnp.ones((n,), z_nk.dtype)
+    n_eff = w_n.sum()
+    w_n = w_n / jnp.maximum(n_eff, 1.0)
+    ecf_re = jnp.einsum("n,nmp->mp", w_n, jnp.cos(x_nmp))
+    ecf_im = jnp.einsum("n,nmp->mp", w_n, jnp.sin(x_nmp))
+    err_mp = ((ecf_re - phi_p) ** 2 + ecf_im**2) * phi_p
+    stat_m = jnp.trapezoid(err_mp, t_p, axis=-1) * n_eff
+    return stat_m.mean()
+
+
+class Heads(eqx.Module):
+    fc1: birdjepa.model.Linear
+    norm: birdjepa.model.LayerNorm
+    fc2: birdjepa.model.Linear
+
+    def __call__(self, x):
+        return self.fc2(jax.nn.gelu(self.norm(self.fc1(x))))
+
+
+def init_heads(cfg: LeJEPAConfig, encoder: birdjepa.model.ViT, n_classes: int, *, key):
+    del n_classes
+    k1, k2 = jax.random.split(key)
+    return Heads(
+        birdjepa.model.Linear(encoder.width, cfg.proj_hidden, key=k1),
+        birdjepa.model.LayerNorm(cfg.proj_hidden),
+        birdjepa.model.Linear(cfg.proj_hidden, cfg.proj_dim, key=k2),
+    )
+
+
+def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
+    views = common.as_views(batch["data"])
+    v, b = views.shape[:2]
+    if v < 2:
+        raise ValueError(f"objective 'lejepa' needs data.n_views >= 2, got {v} view(s)")
+    emb = encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd
+    z_vbk = heads(emb).reshape(v, b, -1)
+    w_b = common.weights(batch, b)
+    center_bk = z_vbk.mean(0)
+    inv = common.wmean(jnp.square(z_vbk - center_bk).mean((0, 2)), w_b)
+    # Same directions for every view, as in the paper's reference code.
+    sig = jax.vmap(
+        lambda z: sigreg(
+            z, key=key, n_slices=cfg.n_slices, n_points=cfg.n_points, t_max=cfg.t_max, w_n=w_b
+        )
+    )(z_vbk).mean()
+    total = (1 - cfg.lambd) * inv + cfg.lambd * sig
+    target = common.tile_views(batch["target"], v)
+    return total, {"inv": inv, "sigreg": sig}, emb, target, common.tile_views(w_b, v)

@@ -1,0 +1,360 @@
+"""Pretraining loop: `python -m birdjepa.pretrain --cfg FILE.toml [--n_steps=40 ...]`.
+
+Read `main` top to bottom. The train state is one pytree
+    {"params": {"encoder", "heads", "probe"} arrays, "opt": optax state, "key": base key,
+     "step": int32 updates done}
+and every random draw of update `step` comes from fold_in(state["key"], step), so a run resumed
+from (state, loader.state_dict()) at a step boundary continues bit-exactly.
+"""
+
+import dataclasses
+import functools
+import pathlib
+import sys
+import time
+import uuid
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import birdjepa.config
+import birdjepa.metrics
+import birdjepa.model
+import birdjepa.objectives
+import birdjepa.objectives.probe
+import birdjepa.optim
+
+
+class NonFiniteError(RuntimeError):
+    pass
+
+
+def finalize(cfg: birdjepa.config.Config) -> birdjepa.config.Config:
+    """Fill run_id/run_dir, resolve the model preset, check cross-field constraints."""
+    if cfg.n_classes is None or cfg.n_classes < 2:
+        raise birdjepa.config.ConfigError(f"n_classes: expected an int >= 2, got {cfg.n_classes}")
+    if cfg.batch_size % cfg.optim.grad_accum:
+        raise birdjepa.config.ConfigError(
+            f"batch_size={cfg.batch_size} must be divisible by optim.grad_accum="
+            f"{cfg.optim.grad_accum}"
+        )
+    if cfg.objective.name == "lejepa" and cfg.data.n_views < 2:
+        raise birdjepa.config.ConfigError(
+            f"objective 'lejepa' needs data.n_views >= 2, got {cfg.data.n_views}"
+        )
+    run_id = cfg.run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    return dataclasses.replace(
+        cfg,
+        run_id=run_id,
+        run_dir=cfg.run_dir or f"runs/{run_id}",
+        model=birdjepa.model.resolve(cfg.model),
+    )
+
+
+def make_loaders(cfg: birdjepa.config.Config):
+    """(train, eval) birdjepa.data.Loader over the configured shards; fails fast on missing
+    paths. Per-process batch sizes: batch_size // process_count."""
+    for name in ("train_shards", "eval_shards"):
+        path = getattr(cfg.data, name)
+        if not path:
+            raise birdjepa.config.ConfigError(f"data.{name} is required; got {path!r}")
+        if not any(c in path for c in "*?[") and not pathlib.Path(path).exists():
+            raise FileNotFoundError(f"data.{name}: {path!r} does not exist")
+    import birdjepa.data as data_lib  # lazy: the loader needs the Rust extension
+
+    d = cfg.data
+    common = dict(
+        seed=cfg.seed,
+        n_workers=d.n_workers,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        n_frames=d.n_frames,
+        audio_column=d.audio_column,
+        label_column=d.label_column,
+    )
+    train = data_lib.Loader(
+        d.train_shards, mode="train", batch_size=cfg.batch_size // jax.process_count(),
+        n_views=d.n_views, **common,
+    )
+    eval_bs = (d.eval_batch_size or cfg.batch_size) // jax.process_count()
+    evals = data_lib.Loader(d.eval_shards, mode="eval", batch_size=eval_bs, **common)
+    return train, evals
+
+
+def init_params(cfg: birdjepa.config.Config, *, key) -> tuple[dict, dict]:
+    """(arrays, static) of {"encoder", "heads", "probe"}."""
+    k_enc, k_heads, k_probe = jax.random.split(key, 3)
+    obj, sub = birdjepa.objectives.get(cfg.objective)
+    enc = birdjepa.model.ViT(cfg.model, n_frames=cfg.data.n_frames, n_mels=cfg.data.n_mels,
+                             key=k_enc)
+    modules = {
+        "encoder": enc,
+        "heads": obj.init_heads(sub, enc, cfg.n_classes, key=k_heads),
+        "probe": birdjepa.objectives.probe.init(enc.width, cfg.n_classes, key=k_probe),
+    }
+    return eqx.partition(modules, eqx.is_array)
+
+
+def loss_fn(params, static, batch, key, cfg: birdjepa.config.Config):
+    """Objective loss + probe loss (the probe sees a stop-gradient embedding)."""
+    m = eqx.combine(params, static)
+    obj, sub = birdjepa.objectives.get(cfg.objective)
+    loss, parts, emb, target, w = obj.loss(sub, m["encoder"], m["heads"], batch, key=key)
+    probe_loss, probe_acc = birdjepa.objectives.probe.loss(m["probe"], emb, target, w)
+    return loss + probe_loss, {"loss": loss, **parts, "probe_loss": probe_loss,
+                               "probe_acc": probe_acc}
+
+
+def update(state: dict, batch: dict, *, static, tx, cfg: birdjepa.config.Config):
+    """One optimiser update over grad_accum micro-batches (leading axis of every batch array).
+
+    Non-finite loss or gradients skip the update: params and opt state are returned unchanged,
+    only `step` advances.
+    """
+    step, params = state["step"], state["params"]
+    key = jax.random.fold_in(state["key"], step)
+    n_micro = cfg.optim.grad_accum
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def micro(acc, xs):
+        i, mb = xs
+        (total, parts), g = grad_fn(params, static, mb, jax.random.fold_in(key, i), cfg)
+        acc_g, acc_parts = acc
+        return (jax.tree.map(jnp.add, acc_g, g),
+                jax.tree.map(jnp.add, acc_parts, {**parts, "total": total})), None
+
+    zeros_g = jax.tree.map(jnp.zeros_like, params)
+    parts_shape = jax.eval_shape(
+        lambda: grad_fn(params, static, jax.tree.map(lambda x: x[0], batch), key, cfg)[0]
+    )
+    zeros_parts = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                               {**parts_shape[1], "total": parts_shape[0]})
+    (grads, parts), _ = jax.lax.scan(micro, (zeros_g, zeros_parts), (jnp.arange(n_micro), batch))
+    grads = jax.tree.map(lambda g: g / n_micro, grads)
+    parts = jax.tree.map(lambda p: p / n_micro, parts)
+
+    finite = jnp.isfinite(parts["total"]) & jnp.all(
+        jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)])
+    )
+    lr_factor = birdjepa.optim.schedule(cfg.optim, cfg.n_steps)(step)
+    updates, new_opt = tx.update(grads, state["opt"], params)
+    updates = jax.tree.map(lambda u: lr_factor * u, updates)
+    new_params = optax.apply_updates(params, updates)
+    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
+    new_params, new_opt = keep(new_params, params), keep(new_opt, state["opt"])
+    metrics = {
+        **{k: v for k, v in parts.items() if k != "total"},
+        "lr": cfg.optim.lr * lr_factor,
+        "grad_norm": birdjepa.optim.model_grad_norm(grads),
+        "param_norm": optax.global_norm({k: v for k, v in new_params.items() if k != "probe"}),
+        "finite": finite,
+    }
+    new_state = {**state, "params": new_params, "opt": new_opt, "step": step + 1}
+    return new_state, metrics
+
+
+def eval_step(params, batch, *, static, cfg: birdjepa.config.Config):
+    """Sums over one eval batch: valid rows, probe correct and CE, supervised head correct."""
+    m = eqx.combine(params, static)
+    w = batch["valid"].astype(jnp.float32)
+    emb = m["encoder"](batch["data"]).pooled_bd
+    logits = m["probe"](emb)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["target"])
+    out = {
+        "n": w.sum(),
+        "probe_correct": ((logits.argmax(-1) == batch["target"]) * w).sum(),
+        "probe_loss": (ce * w).sum(),
+    }
+    if cfg.objective.name == "supervised":
+        out["head_correct"] = ((m["heads"].head(emb).argmax(-1) == batch["target"]) * w).sum()
+    return out
+
+
+def shard_batch(batch: dict, cfg: birdjepa.config.Config, mesh) -> dict:
+    """Host batch -> global arrays with a leading micro-batch axis, sharded on the batch axis."""
+    n_micro = cfg.optim.grad_accum
+    out = {}
+    for k in ("data", "target", "valid"):
+        if k not in batch:
+            continue
+        x = np.asarray(batch[k])
+        b_axis = 1 if (k == "data" and x.ndim == 4) else 0
+        b = x.shape[b_axis]
+        x = x.reshape(*x.shape[:b_axis], n_micro, b // n_micro, *x.shape[b_axis + 1:])
+        x = np.moveaxis(x, b_axis, 0)  # (n_micro, [V,] b, ...)
+        spec = P(*([None] * (b_axis + 1)), "data")
+        out[k] = jax.make_array_from_process_local_data(NamedSharding(mesh, spec), x)
+    return out
+
+
+def shard_eval_batch(batch: dict, batch_size: int, mesh) -> dict:
+    """Pad a short eval batch to `batch_size` (valid False on padding) and shard it."""
+    b = len(batch["target"])
+    valid = np.asarray(batch.get("valid", np.ones(b, bool)), bool)
+    out = {"data": np.asarray(batch["data"]), "target": np.asarray(batch["target"]),
+           "valid": valid}
+    if b < batch_size:
+        out = {k: np.concatenate([v, np.zeros((batch_size - b, *v.shape[1:]), v.dtype)])
+               for k, v in out.items()}
+    sharding = NamedSharding(mesh, P("data"))
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in out.items()}
+
+
+def check_batch(batch: dict, cfg: birdjepa.config.Config) -> None:
+    b = cfg.batch_size // jax.process_count()
+    want = (b, cfg.data.n_frames, cfg.data.n_mels)
+    if cfg.data.n_views > 1:
+        want = (cfg.data.n_views, *want)
+    got = tuple(np.shape(batch["data"]))
+    if got != want:
+        raise ValueError(f"train batch 'data': expected shape {want} from the config, got {got}")
+
+
+def make_mesh(n_devices: int | None = None):
+    devices = jax.local_devices()[: n_devices or jax.local_device_count()]
+    return jax.sharding.Mesh(np.array(devices), ("data",))
+
+
+def init_state(cfg: birdjepa.config.Config, mesh):
+    """(state, static, tx), with the state replicated over the mesh."""
+    k_init, k_train = jax.random.split(jax.random.key(cfg.seed))
+    params, static = init_params(cfg, key=k_init)
+    tx = birdjepa.optim.make(cfg.optim, params)
+    state = {"params": params, "opt": tx.init(params), "key": k_train,
+             "step": jnp.zeros((), jnp.int32)}
+    return jax.device_put(state, NamedSharding(mesh, P())), static, tx
+
+
+def evaluate(eval_fn, state, eval_loader, batch_size: int, mesh) -> dict:
+    totals: dict[str, float] = {}
+    for batch in eval_loader:
+        out = jax.device_get(eval_fn(state["params"], shard_eval_batch(batch, batch_size, mesh)))
+        for k, v in out.items():
+            totals[k] = totals.get(k, 0.0) + float(v)
+    n = max(totals.get("n", 0.0), 1.0)
+    row = {"eval/probe_acc": totals.get("probe_correct", 0.0) / n,
+           "eval/probe_loss": totals.get("probe_loss", 0.0) / n, "eval/n": totals.get("n", 0.0)}
+    if "head_correct" in totals:
+        row["eval/head_acc"] = totals["head_correct"] / n
+    return row
+
+
+def main(cfg: birdjepa.config.Config, *, loaders=None) -> dict:
+    """Train; `loaders` = (train, eval) replaces make_loaders(cfg) (tests, benchmarks)."""
+    cfg = finalize(cfg)
+    train_loader, eval_loader = loaders if loaders is not None else make_loaders(cfg)
+    run_dir = pathlib.Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+
+    mesh = make_mesh()
+    n_dev = mesh.devices.size
+    micro = cfg.batch_size // cfg.optim.grad_accum
+    eval_bs = cfg.data.eval_batch_size or cfg.batch_size
+    if micro % n_dev or eval_bs % n_dev:
+        raise birdjepa.config.ConfigError(
+            f"micro-batch {micro} and eval batch {eval_bs} must be divisible by the "
+            f"{n_dev} devices"
+        )
+    state, static, tx = init_state(cfg, mesh)
+    # Checkpoint restore slots in here: state, loader state = restore(run_dir) if present.
+    n_params = sum(x.size for x in jax.tree.leaves(state["params"]["encoder"]))
+    print(f"run {cfg.run_id} -> {run_dir} | {cfg.objective.name} | encoder {n_params:,} params "
+          f"| {n_dev} device(s)", flush=True)
+
+    update_fn = jax.jit(functools.partial(update, static=static, tx=tx, cfg=cfg),
+                        donate_argnums=0)
+    eval_fn = jax.jit(functools.partial(eval_step, static=static, cfg=cfg))
+    logger = birdjepa.metrics.Logger(run_dir, cfg, config_dict=dataclasses.asdict(cfg))
+
+    nonfinite_run, nonfinite_total, first_bad, last_finite = 0, 0, None, None
+    last_row, eval_row = {}, {}
+    window = {"t": 0.0, "wait": 0.0, "n": 0}
+    t_start = time.perf_counter()
+    train_iter = iter(train_loader)
+    try:
+        for step in range(int(state["step"]), cfg.n_steps):
+            t0 = time.perf_counter()
+            batch = next(train_iter)
+            t_data = time.perf_counter()
+            if step == 0:
+                check_batch(batch, cfg)
+            state, m = update_fn(state, shard_batch(batch, cfg, mesh))
+            # Fetching the small metrics dict syncs every step; this keeps timing honest and
+            # lets the non-finite guard react at once. Step times dominate at these sizes.
+            m = {k: v.item() for k, v in jax.device_get(m).items()}
+            done = step + 1
+            t_end = time.perf_counter()
+            window["t"] += t_end - t0
+            window["wait"] += t_data - t0
+            window["n"] += 1
+
+            finite = bool(m.pop("finite"))
+            if finite:
+                nonfinite_run, last_finite = 0, (done, m)
+            else:
+                nonfinite_total += 1
+                nonfinite_run += 1
+                first_bad = done if nonfinite_run == 1 else first_bad
+                logger.log(done, {**m, "nonfinite": 1, "nonfinite_total": nonfinite_total})
+                print(f"step {done}: non-finite loss/grads, update skipped "
+                      f"({nonfinite_run} in a row, {nonfinite_total} total)", flush=True)
+                if nonfinite_run >= cfg.max_nonfinite:
+                    last = (f"last finite step {last_finite[0]}: loss={last_finite[1]['loss']:.6g}"
+                            f", grad_norm={last_finite[1]['grad_norm']:.6g}"
+                            if last_finite else "no finite step yet")
+                    raise NonFiniteError(
+                        f"{nonfinite_run} consecutive non-finite updates, steps {first_bad}.."
+                        f"{done} (max_nonfinite={cfg.max_nonfinite}); {last}"
+                    )
+
+            if finite and (done % cfg.log_every == 0 or done in (1, cfg.n_steps)):
+                rate = {"steps_per_s": window["n"] / window["t"],
+                        "clips_per_s": window["n"] * cfg.batch_size / window["t"],
+                        "data_wait_frac": window["wait"] / window["t"]}
+                last_row = {**m, **rate, "nonfinite_total": nonfinite_total}
+                logger.log(done, last_row)
+                print(birdjepa.metrics.console_line(done, cfg.n_steps, m, rate), flush=True)
+                window = {"t": 0.0, "wait": 0.0, "n": 0}
+
+            if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.n_steps:
+                eval_row = evaluate(eval_fn, state, eval_loader, eval_bs, mesh)
+                logger.log(done, eval_row)
+                print(f"step {done} eval | " + " | ".join(
+                    f"{k} {v:.4g}" for k, v in eval_row.items()), flush=True)
+            # Checkpoint save slots in here: save(state, train_loader.state_dict()).
+    finally:
+        logger.close()
+        if loaders is None:
+            train_loader.close()
+            eval_loader.close()
+
+    birdjepa.metrics.plot(logger.path, run_dir / "curves.png")
+    summary = {
+        "run_dir": str(run_dir),
+        "steps": int(state["step"]),
+        "final_loss": last_row.get("loss", float("nan")),
+        "train_probe_acc": last_row.get("probe_acc", float("nan")),
+        "eval_probe_acc": eval_row.get("eval/probe_acc", float("nan")),
+        "nonfinite_total": nonfinite_total,
+        "seconds": time.perf_counter() - t_start,
+    }
+    if "eval/head_acc" in eval_row:
+        summary["eval_head_acc"] = eval_row["eval/head_acc"]
+    print("done | " + " | ".join(
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()),
+        flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    try:
+        main(birdjepa.config.cli(sys.argv[1:]))
+    except birdjepa.config.ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        sys.exit(2)
