@@ -7,6 +7,7 @@ pub mod clip;
 pub mod decode;
 pub mod error;
 pub mod fbank;
+pub mod resample;
 
 #[cfg(feature = "python")]
 mod python;
