@@ -14,8 +14,8 @@ use std::collections::HashMap;
 
 use rubato::audioadapter_buffers::direct::SequentialSlice;
 use rubato::{
-    Async, Fft, FixedAsync, FixedSync, Resampler as _, SincInterpolationParameters,
-    SincInterpolationType, WindowFunction,
+    Async, Fft, FixedAsync, FixedSync, SincInterpolationParameters, SincInterpolationType,
+    WindowFunction,
 };
 
 use crate::decode::MAX_SAMPLE_RATE;
@@ -359,8 +359,8 @@ mod tests {
                     .max_by(|&a, &b| y[a].abs().total_cmp(&y[b].abs()))
                     .unwrap();
                 let (mut w, mut c) = (0.0, 0.0);
-                for i in peak - 200..peak + 200 {
-                    let p = (y[i] as f64).powi(2);
+                for (i, &v) in y.iter().enumerate().take(peak + 200).skip(peak - 200) {
+                    let p = (v as f64).powi(2);
                     w += p;
                     c += p * i as f64;
                 }
