@@ -58,7 +58,7 @@ def finalize(cfg: birdjepa.config.Config) -> birdjepa.config.Config:
 
 def make_loaders(cfg: birdjepa.config.Config):
     """(train, eval) birdjepa.data.Loader over the configured shards; fails fast on missing
-    paths. Per-process batch sizes: batch_size // process_count."""
+    paths."""
     for name in ("train_shards", "eval_shards"):
         path = getattr(cfg.data, name)
         if not path:
@@ -68,21 +68,23 @@ def make_loaders(cfg: birdjepa.config.Config):
     import birdjepa.data as data_lib  # lazy: the loader needs the Rust extension
 
     d = cfg.data
+    # batch_size is global: with several processes each gets its batch_size // process_count.
     common = dict(
         seed=cfg.seed,
         n_workers=d.n_workers,
         process_index=jax.process_index(),
         process_count=jax.process_count(),
         n_frames=d.n_frames,
+        n_mels=d.n_mels,
         audio_column=d.audio_column,
         label_column=d.label_column,
     )
     train = data_lib.Loader(
-        d.train_shards, mode="train", batch_size=cfg.batch_size // jax.process_count(),
-        n_views=d.n_views, **common,
+        d.train_shards, mode="train", batch_size=cfg.batch_size, n_views=d.n_views, **common
     )
-    eval_bs = (d.eval_batch_size or cfg.batch_size) // jax.process_count()
-    evals = data_lib.Loader(d.eval_shards, mode="eval", batch_size=eval_bs, **common)
+    evals = data_lib.Loader(
+        d.eval_shards, mode="eval", batch_size=d.eval_batch_size or cfg.batch_size, **common
+    )
     return train, evals
 
 
@@ -161,17 +163,18 @@ def update(state: dict, batch: dict, *, static, tx, cfg: birdjepa.config.Config)
 def eval_step(params, batch, *, static, cfg: birdjepa.config.Config):
     """Sums over one eval batch: valid rows, probe correct and CE, supervised head correct."""
     m = eqx.combine(params, static)
-    w = batch["valid"].astype(jnp.float32)
+    w = (batch["valid"] & (batch["target"] >= 0)).astype(jnp.float32)
+    target = jnp.maximum(batch["target"], 0)
     emb = m["encoder"](batch["data"]).pooled_bd
     logits = m["probe"](emb)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["target"])
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, target)
     out = {
         "n": w.sum(),
-        "probe_correct": ((logits.argmax(-1) == batch["target"]) * w).sum(),
+        "probe_correct": ((logits.argmax(-1) == target) * w).sum(),
         "probe_loss": (ce * w).sum(),
     }
     if cfg.objective.name == "supervised":
-        out["head_correct"] = ((m["heads"].head(emb).argmax(-1) == batch["target"]) * w).sum()
+        out["head_correct"] = ((m["heads"].head(emb).argmax(-1) == target) * w).sum()
     return out
 
 
@@ -223,7 +226,7 @@ def make_mesh(n_devices: int | None = None):
 def init_state(cfg: birdjepa.config.Config, mesh):
     """(state, static, tx), with the state replicated over the mesh."""
     k_init, k_train = jax.random.split(jax.random.key(cfg.seed))
-    params, static = init_params(cfg, key=k_init)
+    params, static = eqx.filter_jit(lambda k: init_params(cfg, key=k))(k_init)
     tx = birdjepa.optim.make(cfg.optim, params)
     state = {"params": params, "opt": tx.init(params), "key": k_train,
              "step": jnp.zeros((), jnp.int32)}

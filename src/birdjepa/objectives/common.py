@@ -16,7 +16,8 @@ def as_views(data: Float[Array, "..."]) -> Float[Array, "v b t m"]:
 
 
 def weights(batch: dict, b: int) -> Float[Array, " b"]:
-    """Per-example weights from the optional `valid` mask (1 for real rows, 0 for padding)."""
+    """Per-example weights: 0 for rows marked invalid by the optional `valid` mask (padding,
+    failed decodes), else 1. Missing labels are masked separately, in `xent`."""
     if "valid" in batch:
         return batch["valid"].astype(jnp.float32)
     return jnp.ones((b,), jnp.float32)
@@ -29,7 +30,9 @@ def wmean(x: Float[Array, " n"], w: Float[Array, " n"]) -> Float[Array, ""]:
 def xent(
     logits_nc: Float[Array, "n c"], target_n: Int[Array, " n"], w_n: Float[Array, " n"]
 ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-    """Weighted-mean softmax cross-entropy and accuracy."""
+    """Weighted-mean softmax cross-entropy and accuracy; missing labels (-1) get weight 0."""
+    w_n = w_n * (target_n >= 0)
+    target_n = jnp.maximum(target_n, 0)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits_nc, target_n)
     acc = (jnp.argmax(logits_nc, -1) == target_n).astype(jnp.float32)
     return wmean(ce, w_n), wmean(acc, w_n)

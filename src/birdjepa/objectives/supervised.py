@@ -36,6 +36,6 @@ def loss(cfg: SupervisedConfig, encoder, heads: Heads, batch: dict, *, key):
     if cfg.label_smoothing:
         eps, n_classes = cfg.label_smoothing, logits.shape[-1]
         soft = jax.nn.one_hot(target, n_classes) * (1 - eps) + eps / n_classes
-        ce = common.wmean(-(soft * jax.nn.log_softmax(logits, -1)).sum(-1), w)
+        ce = common.wmean(-(soft * jax.nn.log_softmax(logits, -1)).sum(-1), w * (target >= 0))
     return ce, {"ce": ce, "train_acc": acc}, emb, target, w
 

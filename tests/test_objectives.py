@@ -1,0 +1,148 @@
+"""Objectives: shapes and finite gradients, SIGReg against plain numpy, probe stop-gradient,
+MAE block masks."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import birdjepa.model as model
+import birdjepa.objectives as objectives
+import birdjepa.objectives.lejepa as lejepa
+import birdjepa.objectives.mae as mae
+import birdjepa.objectives.probe as probe
+import birdjepa.synthetic as synthetic
+
+
+def sigreg_numpy(z, a, n_points, t_max):
+    """Epps-Pulley SIGReg from the LeJEPA paper, written out in numpy.
+
+    For each unit direction a_m: x = z a_m; ecf(t) = mean_n exp(i t x_n);
+    T_m = N * integral_{-t_max}^{t_max} |ecf(t) - exp(-t^2/2)|^2 exp(-t^2/2) dt (trapezoid);
+    return mean_m T_m.
+    """
+    n = z.shape[0]
+    t = np.linspace(-t_max, t_max, n_points)
+    gauss = np.exp(-(t**2) / 2)
+    stats = []
+    for m in range(a.shape[1]):
+        x = z @ a[:, m]
+        ecf = np.exp(1j * np.outer(x, t)).mean(axis=0)
+        integrand = np.abs(ecf - gauss) ** 2 * gauss
+        integral = np.sum((integrand[1:] + integrand[:-1]) / 2 * np.diff(t))
+        stats.append(n * integral)
+    return float(np.mean(stats))
+
+
+@pytest.mark.parametrize("dist", ["gauss", "skewed"])
+def test_sigreg_matches_numpy(dist):
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((64, 8))
+    if dist == "skewed":
+        z = np.exp(z) - 1.5
+    key = jax.random.key(3)
+    # The same directions our implementation draws: normal, normalised per column.
+    a = np.asarray(jax.random.normal(key, (8, 32)), np.float64)
+    a /= np.linalg.norm(a, axis=0, keepdims=True)
+    ours = lejepa.sigreg(jnp.asarray(z, jnp.float32), key=key, n_slices=32, n_points=17,
+                         t_max=5.0)
+    ref = sigreg_numpy(z, a, 17, 5.0)
+    np.testing.assert_allclose(float(ours), ref, rtol=2e-4, atol=1e-6)
+
+
+def test_sigreg_separates_gaussian_from_collapsed():
+    key = jax.random.key(0)
+    z = jax.random.normal(jax.random.key(1), (256, 16))
+    gauss = float(lejepa.sigreg(z, key=key, n_slices=64))
+    collapsed = float(lejepa.sigreg(0.1 * z[:, :1] * jnp.ones((1, 16)), key=key, n_slices=64))
+    assert gauss < 3.0 and collapsed > 30 * gauss
+    # Padding rows (weight 0) do not change the statistic.
+    w = jnp.concatenate([jnp.ones(256), jnp.zeros(16)])
+    zp = jnp.concatenate([z, 100 * jnp.ones((16, 16))])
+    np.testing.assert_allclose(float(lejepa.sigreg(zp, key=key, n_slices=64, w_n=w)), gauss,
+                               rtol=1e-5)
+
+
+def build(name: str):
+    cfg = synthetic.tiny_config(name)
+    obj, sub = objectives.get(cfg.objective)
+    enc = model.ViT(cfg.model, n_frames=32, n_mels=64, key=jax.random.key(0))
+    heads = obj.init_heads(sub, enc, 4, key=jax.random.key(1))
+    train, _ = synthetic.tiny_loaders(cfg)
+    batch = {k: jnp.asarray(v) for k, v in next(iter(train)).items()}
+    return obj, sub, enc, heads, batch
+
+
+@pytest.mark.parametrize("name", ["supervised", "lejepa", "mae"])
+def test_objective_loss_and_grads(name):
+    obj, sub, enc, heads, batch = build(name)
+    v = 2 if name == "lejepa" else 1
+
+    @eqx.filter_jit
+    def run(enc, heads):
+        def f(enc, heads):
+            loss, parts, emb, target, w = obj.loss(sub, enc, heads, batch, key=jax.random.key(2))
+            return loss, (parts, emb, target, w)
+
+        return eqx.filter_value_and_grad(f, has_aux=True)(enc, heads)
+
+    (loss, (parts, emb, target, w)), grads = run(enc, heads)
+    assert loss.shape == () and np.isfinite(float(loss))
+    assert emb.shape == (v * 8, 32) and target.shape == (v * 8,) and w.shape == (v * 8,)
+    assert all(np.isfinite(float(p)) for p in parts.values())
+    g_leaves = jax.tree.leaves(eqx.filter(grads, eqx.is_array))
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in g_leaves)
+    assert float(jnp.abs(grads.blocks.wq.w).sum()) > 0  # the encoder is trained
+
+
+def test_lejepa_invariance_is_zero_for_identical_views():
+    obj, sub, enc, heads, batch = build("lejepa")
+    same = {**batch, "data": jnp.stack([batch["data"][0], batch["data"][0]])}
+    _, parts, *_ = obj.loss(sub, enc, heads, same, key=jax.random.key(2))
+    assert float(parts["inv"]) < 1e-10
+    _, parts, *_ = obj.loss(sub, enc, heads, batch, key=jax.random.key(2))
+    assert float(parts["inv"]) > 1e-6
+
+
+def test_lejepa_needs_two_views():
+    obj, sub, enc, heads, batch = build("lejepa")
+    with pytest.raises(ValueError, match="n_views >= 2, got 1"):
+        obj.loss(sub, enc, heads, {**batch, "data": batch["data"][0]}, key=jax.random.key(0))
+
+
+def test_probe_gradient_to_encoder_is_exactly_zero():
+    obj, sub, enc, heads, batch = build("supervised")
+    pr = probe.init(32, 4, key=jax.random.key(5))
+    pr = eqx.tree_at(lambda p: p.w, pr, jax.random.normal(jax.random.key(6), pr.w.shape))
+
+    def probe_loss(enc, pr):
+        _, _, emb, target, w = obj.loss(sub, enc, heads, batch, key=jax.random.key(0))
+        return probe.loss(pr, emb, target, w)[0]
+
+    g_enc, g_probe = eqx.filter_grad(probe_loss)(enc, pr), None
+    g_probe = eqx.filter_grad(lambda pr, enc: probe_loss(enc, pr))(pr, enc)
+    for g in jax.tree.leaves(eqx.filter(g_enc, eqx.is_array)):
+        assert np.array_equal(np.asarray(g), np.zeros_like(g))
+    assert float(jnp.abs(g_probe.w).sum()) > 0
+
+
+def test_mae_block_mask():
+    cfg = mae.MAEConfig(mask_ratio=0.75, block=(2, 2))
+    keep, hidden = mae.block_mask(cfg, (4, 8), 16, key=jax.random.key(0))
+    keep, hidden = np.asarray(keep), np.asarray(hidden)
+    assert keep.shape == (16, 8) and hidden.shape == (16, 32)
+    assert (hidden.sum(1) == 24).all()
+    for k, h in zip(keep, hidden, strict=True):
+        assert (np.diff(k) > 0).all() and not h[k].any()
+        # 8 kept patches = exactly two whole 2x2 cells (scores are constant within a cell).
+        cells = {(i // 8 // 2, i % 8 // 2) for i in k}
+        assert len(cells) == 2
+    assert len({tuple(k) for k in keep}) > 1  # masks differ between examples
+
+
+def test_mae_targets_are_normalised_per_patch():
+    p = jax.random.normal(jax.random.key(0), (2, 5, 16)) * 3 + 7
+    t = mae.targets(mae.MAEConfig(), p)
+    np.testing.assert_allclose(t.mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(t.std(-1), 1, atol=1e-3)
