@@ -208,6 +208,10 @@ impl<'a> Source<'a> {
     fn read_inner(&mut self, start: u64, len: Option<u64>) -> Result<Decoded> {
         let mut seeked = true;
         if start > 0 {
+            // Frame 0 of a full decode is the first frame the decoder outputs, whose timestamp is
+            // not always the track's start (Vorbis outputs nothing for its first packet, MP3 trims
+            // the encoder delay): decode up to the first output to learn it.
+            self.start_ts = self.first_output_ts()?;
             let target = start.saturating_sub(self.preroll) as i64 + self.start_ts;
             let res = self.format.seek(
                 self.seek_mode,
@@ -243,6 +247,33 @@ impl<'a> Source<'a> {
             start_frame: start,
             seeked,
         })
+    }
+
+    /// Timestamp of the first decoded frame, decoding from the current (start) position.
+    fn first_output_ts(&mut self) -> Result<i64> {
+        for _ in 0..self.data.len() + 64 {
+            let packet = match self.format.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) | Err(SymError::ResetRequired) => {
+                    return Err(Error::EmptyAudio {
+                        detail: "stream has no audio frames".into(),
+                    })
+                }
+                Err(e) => return Err(map_sym(e, &self.info.container)),
+            };
+            if packet.track_id != self.track_id {
+                continue;
+            }
+            let ts = packet.pts.get() + packet.trim_start.get() as i64;
+            let buf = self
+                .decoder
+                .decode(&packet)
+                .map_err(|e| map_sym(e, &self.info.codec))?;
+            if buf.frames() > 0 {
+                return Ok(ts);
+            }
+        }
+        Err(Error::corrupt("no audio output within the input size"))
     }
 
     fn decode_loop(&mut self, start: u64, len: Option<u64>, seeked: bool) -> Result<Vec<f32>> {
