@@ -48,7 +48,9 @@ impl Error {
         }
     }
     pub fn corrupt(detail: impl Into<String>) -> Self {
-        Error::CorruptData { detail: detail.into() }
+        Error::CorruptData {
+            detail: detail.into(),
+        }
     }
 }
 

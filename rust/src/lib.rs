@@ -4,7 +4,11 @@
 //! binding module, compiled with the `python` feature (maturin turns it on).
 
 pub mod clip;
+pub mod debug_transform;
 pub mod error;
+pub mod loader;
+pub mod order;
+pub mod shards;
 
 #[cfg(feature = "python")]
 mod python;
