@@ -89,7 +89,7 @@ impl Default for LoaderConfig {
             n_views: 1,
             n_frames: 512,
             n_mels: 128,
-            block_size: 64,
+            block_size: 16,
             shuffle_window: 8192,
             mean: -7.2,
             std: 4.43,
@@ -137,7 +137,7 @@ impl LoaderConfig {
                 self.process_index,
             ));
         }
-        if self.batch_size % self.process_count != 0 {
+        if !self.batch_size.is_multiple_of(self.process_count) {
             return Err(Error::bad_argument(
                 "batch_size",
                 format!("a multiple of process_count={}", self.process_count),
@@ -265,6 +265,8 @@ pub struct Pipeline {
     stats: Arc<SharedStats>,
     stop: Arc<AtomicBool>,
     finished: bool,
+    /// Set once the pipeline failed; every later call reports it again.
+    failed: Option<String>,
 }
 
 /// Shared, read-only context of the worker threads.
@@ -623,11 +625,18 @@ impl Pipeline {
             stats,
             stop,
             finished: false,
+            failed: None,
         })
     }
 
     /// Wait up to `timeout` for the next batch.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Next {
+        if let Some(msg) = &self.failed {
+            return Next::Error(Error::Dataset {
+                path: "<loader>".into(),
+                detail: format!("the loader stopped after an error: {msg}"),
+            });
+        }
         if self.finished {
             return Next::End;
         }
@@ -645,15 +654,16 @@ impl Pipeline {
                 Next::End
             }
             Ok(Out::Error(e)) => {
-                self.finished = true;
+                self.failed = Some(e.to_string());
                 Next::Error(e)
             }
             Err(RecvTimeoutError::Timeout) => Next::Timeout,
             Err(RecvTimeoutError::Disconnected) => {
-                self.finished = true;
+                let detail = "the loader pipeline stopped unexpectedly (a thread panicked)";
+                self.failed = Some(detail.into());
                 Next::Error(Error::Dataset {
                     path: "<loader>".into(),
-                    detail: "the loader pipeline stopped unexpectedly (a thread panicked)".into(),
+                    detail: detail.into(),
                 })
             }
         }
@@ -970,6 +980,33 @@ mod tests {
             msg.contains("multiple of process_count=3") && msg.contains("16"),
             "{msg}"
         );
+    }
+
+    /// A transform whose output has the wrong number of mel bins: a configuration error.
+    struct WrongMels;
+    impl Transform for WrongMels {
+        fn apply(&mut self, _: &[u8], _: Crop) -> Result<crate::clip::Features> {
+            Ok(crate::clip::Features {
+                data: vec![0.0; 6],
+                n_frames: 2,
+                n_mels: 3,
+                seeked: true,
+            })
+        }
+    }
+
+    #[test]
+    fn configuration_errors_stop_the_loader_and_stick() {
+        let ds = dataset("pipe-fatal", &[]);
+        let f: TransformFactory = Arc::new(|| Ok(Box::new(WrongMels) as Box<dyn Transform>));
+        let mut p = Pipeline::start(ds, cfg(Mode::Train), f).unwrap();
+        let e = p.next_batch().unwrap().err().unwrap().to_string();
+        assert!(
+            e.contains("n_mels") && e.contains("4 mel bins") && e.contains("3 mels"),
+            "{e}"
+        );
+        let again = p.next_batch().unwrap().err().unwrap().to_string();
+        assert!(again.contains("stopped after an error"), "{again}");
     }
 
     #[test]

@@ -861,6 +861,32 @@ mod tests {
     }
 
     #[test]
+    fn open_reads_no_bodies_and_a_bad_body_only_fails_its_rows() {
+        let d = tmpdir("shards-body");
+        let a = d.join("a.arrow");
+        write_shard(&a, 0..300, 100, Format::Stream);
+        let ds = Dataset::open(std::slice::from_ref(&a), "audio", Some("label")).unwrap();
+        let body = ds.shards()[0].batches[1];
+        drop(ds);
+        // Scribble over the second batch's body: its offsets become garbage.
+        let mut bytes = std::fs::read(&a).unwrap();
+        bytes[body.body_start..body.body_start + body.body_len].fill(0xAB);
+        std::fs::write(&a, &bytes).unwrap();
+        let ds = Arc::new(Dataset::open(&[a], "audio", Some("label")).unwrap());
+        assert_eq!(ds.n_rows(), 300); // indexing never looked at the body
+        let mut r = Reader::new(ds, 4);
+        assert!(r.sample(150).is_err());
+        assert_eq!(
+            r.sample(50).unwrap().bytes.as_slice(),
+            payload(50).as_slice()
+        );
+        assert_eq!(
+            r.sample(250).unwrap().bytes.as_slice(),
+            payload(250).as_slice()
+        );
+    }
+
+    #[test]
     fn bad_inputs_name_file_and_column() {
         let d = tmpdir("shards-bad");
         let a = d.join("a.arrow");
