@@ -9,13 +9,50 @@ use pyo3::prelude::*;
 
 use crate::error::Error;
 
-create_exception!(_rs, AudioError, PyValueError, "Audio could not be decoded or transformed.");
-create_exception!(_rs, UnsupportedCodecError, AudioError, "The codec or container is not supported.");
-create_exception!(_rs, CorruptAudioError, AudioError, "The bytes are corrupt, truncated or non-finite.");
-create_exception!(_rs, EmptyAudioError, AudioError, "The audio (or the requested window) is empty.");
-create_exception!(_rs, BadArgumentError, PyValueError, "An argument is outside its domain.");
-create_exception!(_rs, DatasetError, PyValueError, "A dataset shard is unreadable or lacks a column.");
-create_exception!(_rs, StateMismatchError, PyValueError, "A loader state does not fit this loader.");
+mod loader;
+
+create_exception!(
+    _rs,
+    AudioError,
+    PyValueError,
+    "Audio could not be decoded or transformed."
+);
+create_exception!(
+    _rs,
+    UnsupportedCodecError,
+    AudioError,
+    "The codec or container is not supported."
+);
+create_exception!(
+    _rs,
+    CorruptAudioError,
+    AudioError,
+    "The bytes are corrupt, truncated or non-finite."
+);
+create_exception!(
+    _rs,
+    EmptyAudioError,
+    AudioError,
+    "The audio (or the requested window) is empty."
+);
+create_exception!(
+    _rs,
+    BadArgumentError,
+    PyValueError,
+    "An argument is outside its domain."
+);
+create_exception!(
+    _rs,
+    DatasetError,
+    PyValueError,
+    "A dataset shard is unreadable or lacks a column."
+);
+create_exception!(
+    _rs,
+    StateMismatchError,
+    PyValueError,
+    "A loader state does not fit this loader."
+);
 
 /// Convert a core error into the matching Python exception.
 pub(crate) fn to_py(err: Error) -> PyErr {
@@ -36,11 +73,15 @@ fn _rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("AudioError", py.get_type::<AudioError>())?;
-    m.add("UnsupportedCodecError", py.get_type::<UnsupportedCodecError>())?;
+    m.add(
+        "UnsupportedCodecError",
+        py.get_type::<UnsupportedCodecError>(),
+    )?;
     m.add("CorruptAudioError", py.get_type::<CorruptAudioError>())?;
     m.add("EmptyAudioError", py.get_type::<EmptyAudioError>())?;
     m.add("BadArgumentError", py.get_type::<BadArgumentError>())?;
     m.add("DatasetError", py.get_type::<DatasetError>())?;
     m.add("StateMismatchError", py.get_type::<StateMismatchError>())?;
+    loader::register(m)?;
     Ok(())
 }
