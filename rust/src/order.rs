@@ -109,7 +109,7 @@ impl Feistel {
     #[inline]
     fn backward(&self, y: u64) -> u64 {
         // Widths after ROUNDS swaps.
-        let (mut lb, mut rb) = if ROUNDS % 2 == 0 {
+        let (mut lb, mut rb) = if ROUNDS.is_multiple_of(2) {
             (self.left_bits, self.right_bits)
         } else {
             (self.right_bits, self.left_bits)
