@@ -8,6 +8,7 @@ import time
 import loader_shards
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc
 import pytest
 
 import birdjepa
@@ -60,6 +61,16 @@ def test_truncated_and_garbage_shards(tmp_path, shards):
         birdjepa.data.Loader([str(tmp_path / "junk.arrow")], **SMALL)
     with pytest.raises(birdjepa.DatasetError, match=r"nope\.arrow: cannot open"):
         birdjepa.data.Loader([str(tmp_path / "nope.arrow")], **SMALL)
+
+
+def test_compressed_shard_is_rejected_at_open(tmp_path):
+    tbl = loader_shards.table(range(20))
+    opts = pa.ipc.IpcWriteOptions(compression="zstd")
+    path = str(tmp_path / "z.arrow")
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, tbl.schema, options=opts) as w:
+        w.write_table(tbl)
+    with pytest.raises(birdjepa.DatasetError, match=r"z\.arrow: .*expected uncompressed"):
+        birdjepa.data.Loader([path], **SMALL)
 
 
 def test_bad_arguments(tmp_path, shards):

@@ -137,6 +137,20 @@ fn parse_message<'a>(path: &Path, b: &'a [u8], at: usize) -> Result<arrow_ipc::M
     })
 }
 
+/// Rows of a record batch message; rejects what the lazy reader cannot decode.
+fn batch_rows(path: &Path, rb: &arrow_ipc::RecordBatch<'_>, at: usize) -> Result<u64> {
+    if let Some(c) = rb.compression() {
+        return Err(ds_err(
+            path,
+            format!(
+                "record batch at byte {at}: expected uncompressed IPC bodies, got {:?} compression",
+                c.codec()
+            ),
+        ));
+    }
+    u64::try_from(rb.length()).map_err(|_| ds_err(path, format!("negative row count at byte {at}")))
+}
+
 /// Check the schema and return (projection, audio layout).
 fn check_schema(
     path: &Path,
@@ -292,8 +306,7 @@ impl Shard {
                     let rb = msg.header_as_record_batch().ok_or_else(|| {
                         ds_err(path, format!("unreadable record batch at byte {at}"))
                     })?;
-                    let rows = u64::try_from(rb.length())
-                        .map_err(|_| ds_err(path, format!("negative row count at byte {at}")))?;
+                    let rows = batch_rows(path, &rb, at)?;
                     batches.push(BatchLoc {
                         meta_start,
                         meta_len,
@@ -372,8 +385,7 @@ impl Shard {
                     format!("truncated: block at byte {at} ends past the file end"),
                 ));
             }
-            let rows = u64::try_from(rb.length())
-                .map_err(|_| ds_err(path, format!("negative row count at byte {at}")))?;
+            let rows = batch_rows(path, &rb, at)?;
             batches.push(BatchLoc {
                 meta_start,
                 meta_len,
