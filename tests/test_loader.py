@@ -6,6 +6,7 @@ import loader_shards
 import numpy as np
 import pytest
 
+import birdjepa
 import birdjepa.data
 
 pytestmark = pytest.mark.timeout(120)
@@ -144,6 +145,9 @@ def test_formats_directory_and_datasets(tmp_path, shards):
     got = take(hf, 3, mode="eval", batch_size=100)
     ref = take(shards[:1], 3, mode="eval", batch_size=100)
     assert_same(got, ref)
+    for view in (hf.select([5, 1, 2]), hf.select(range(10))):  # indices mapping; a slice
+        with pytest.raises(birdjepa.BadArgumentError, match="flatten_indices"):
+            birdjepa.data.Loader(view, batch_size=4, transform="debug")
 
 
 def test_shuffle_quality_on_label_sorted_corpus(tmp_path):

@@ -41,6 +41,11 @@ def resolve_shards(shards) -> list[str]:
     """Arrow shard paths from a list of paths, a directory (its *.arrow, sorted), a single file,
     or a `datasets.Dataset` (its `cache_files`)."""
     if hasattr(shards, "cache_files") and not isinstance(shards, (str, os.PathLike)):
+        if getattr(shards, "_indices", None) is not None:
+            raise birdjepa._rs.BadArgumentError(
+                "bad argument shards: expected a datasets.Dataset without an indices mapping, got "
+                "one made by select/shuffle/filter (call .flatten_indices() first)"
+            )
         files = [f["filename"] for f in shards.cache_files]
         if not files:
             raise birdjepa._rs.BadArgumentError(
@@ -131,6 +136,12 @@ class Loader:
         self._dataset = birdjepa._rs.Dataset(self.paths, audio_column, label_column)
         self.open_s = time.perf_counter() - t0
         self.n_samples = int(self._dataset.n_rows)
+        if hasattr(shards, "cache_files") and len(shards) != self.n_samples:
+            raise birdjepa._rs.BadArgumentError(
+                f"bad argument shards: expected a datasets.Dataset spanning its cache files "
+                f"({self.n_samples} rows), got a view of {len(shards)} rows (call "
+                f".flatten_indices() or save_to_disk/load_from_disk first)"
+            )
         shard_list = [(os.path.basename(p), rows) for p, rows, _ in self._dataset.shards()]
         shards_hash = hashlib.sha256(json.dumps(shard_list).encode()).hexdigest()[:16]
         # Everything that shapes the stream; n_workers/prefetch/process_* do not.
