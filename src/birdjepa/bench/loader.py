@@ -79,8 +79,8 @@ def run_peer(paths, n_clips, batch_size, n_workers, clip_s=5.0, sr=32000):
     blobs = []
     for p in paths:
         with open(p, "rb") as f:
-            reader = pyarrow.ipc.open_stream(f) if f.read(6) != b"ARROW1" else None
-        tbl = (pyarrow.ipc.open_stream(p) if reader else pyarrow.ipc.open_file(p)).read_all()
+            is_file = f.read(6) == b"ARROW1"
+        tbl = (pyarrow.ipc.open_file(p) if is_file else pyarrow.ipc.open_stream(p)).read_all()
         blobs += [a["bytes"] for a in tbl.column("audio").to_pylist()]
         if len(blobs) >= n_clips:
             break
