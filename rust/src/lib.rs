@@ -4,10 +4,14 @@
 //! binding module, compiled with the `python` feature (maturin turns it on).
 
 pub mod clip;
+pub mod debug_transform;
 pub mod decode;
 pub mod error;
 pub mod fbank;
+pub mod loader;
+pub mod order;
 pub mod resample;
+pub mod shards;
 
 #[cfg(feature = "python")]
 mod python;

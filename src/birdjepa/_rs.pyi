@@ -3,6 +3,7 @@
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __version__: str
 
@@ -37,3 +38,58 @@ def clip(
     **opts: Any,
 ) -> tuple[np.ndarray, bool]:
     """(frames, n_mels) float32 features and whether the window was decoded by seeking."""
+
+# -- loader (rust/src/python/loader.rs); the user-facing API is birdjepa.data.Loader -------------
+
+class Dataset:
+    """Opened, indexed Arrow shards (metadata only; no audio bodies are read)."""
+
+    def __init__(
+        self, paths: list[str], audio_column: str = "audio", label_column: str | None = "label"
+    ) -> None: ...
+    @property
+    def n_rows(self) -> int: ...
+    def shards(self) -> list[tuple[str, int, str]]:
+        """(path, rows, "stream" | "file") per shard."""
+    def labels(self) -> npt.NDArray[np.int64]: ...
+    def shard_ids(self) -> npt.NDArray[np.int32]: ...
+
+class Loader:
+    """The running Rust pipeline; yields this process's slice of each global batch."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        mode: str,
+        batch_size: int,
+        seed: int,
+        n_workers: int,
+        process_index: int,
+        process_count: int,
+        start_step: int,
+        n_views: int,
+        n_frames: int,
+        n_mels: int,
+        block_size: int,
+        shuffle_window: int,
+        prefetch: int,
+        mean: float,
+        std: float,
+        max_replacements: int,
+        transform: str,
+        clip_s: float,
+        sample_rate: int,
+        debug_frames: int,
+        debug_delay_s: float,
+    ) -> None: ...
+    def next(
+        self,
+    ) -> tuple[int, dict[str, np.ndarray], list[tuple[int, int, int, str]]] | None:
+        """(global step, batch, failures as (index, shard, row, error)); None ends an eval pass."""
+    def stats(self) -> dict: ...
+    def close(self) -> None: ...
+
+def train_indices(
+    n_rows: int, seed: int, block_size: int, shuffle_window: int, start: int, count: int
+) -> npt.NDArray[np.int64]: ...

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use crate::error::Error;
 
 mod audio;
+mod loader;
 
 create_exception!(
     _rs,
@@ -83,5 +84,6 @@ fn _rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DatasetError", py.get_type::<DatasetError>())?;
     m.add("StateMismatchError", py.get_type::<StateMismatchError>())?;
     audio::register(m)?;
+    loader::register(m)?;
     Ok(())
 }
