@@ -118,7 +118,8 @@ def _coerce(t, v, key: str):
         if not ok:
             raise ConfigError(f"config key {key!r}: expected {_type_name(t)}, got {v!r}")
         elem = [args[0]] * len(v) if args[-1] is Ellipsis else list(args)
-        return tuple(_coerce(a, x, f"{key}[{i}]") for i, (a, x) in enumerate(zip(elem, v, strict=True)))
+        pairs = enumerate(zip(elem, v, strict=True))
+        return tuple(_coerce(a, x, f"{key}[{i}]") for i, (a, x) in pairs)
     ok = {
         bool: lambda: isinstance(v, bool),
         int: lambda: isinstance(v, int) and not isinstance(v, bool),
@@ -183,6 +184,8 @@ def cli(argv: list[str] | None = None) -> Config:
         default=default,
         args=argv,
         use_underscores=True,
+        # Booleans take a value (--optim.muon=True), like every other dotted override.
+        config=(tyro.conf.FlagConversionOff,),
         description="Pretrain a birdjepa encoder. Load a config with --cfg FILE.toml first; "
         "every field below overrides it.",
     )

@@ -127,4 +127,4 @@ def make(cfg: OptimConfig, params: dict) -> optax.GradientTransformation:
 
 def model_grad_norm(grads: dict) -> jax.Array:
     """Global norm of the encoder + heads gradients (what clipping sees)."""
-    return optax.global_norm({k: v for k, v in grads.items() if k != "probe"})
+    return optax.tree.norm({k: v for k, v in grads.items() if k != "probe"})

@@ -153,7 +153,7 @@ def update(state: dict, batch: dict, *, static, tx, cfg: birdjepa.config.Config)
         **{k: v for k, v in parts.items() if k != "total"},
         "lr": cfg.optim.lr * lr_factor,
         "grad_norm": birdjepa.optim.model_grad_norm(grads),
-        "param_norm": optax.global_norm({k: v for k, v in new_params.items() if k != "probe"}),
+        "param_norm": optax.tree.norm({k: v for k, v in new_params.items() if k != "probe"}),
         "finite": finite,
     }
     new_state = {**state, "params": new_params, "opt": new_opt, "step": step + 1}
@@ -247,8 +247,12 @@ def evaluate(eval_fn, state, eval_loader, batch_size: int, mesh) -> dict:
     return row
 
 
-def main(cfg: birdjepa.config.Config, *, loaders=None) -> dict:
-    """Train; `loaders` = (train, eval) replaces make_loaders(cfg) (tests, benchmarks)."""
+def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict:
+    """Train and return a summary dict.
+
+    `loaders` = (train, eval) replaces make_loaders(cfg) (tests, benchmarks). `should_stop()` is
+    polled at every step boundary; when true the run stops there with summary["preempted"].
+    """
     cfg = finalize(cfg)
     train_loader, eval_loader = loaders if loaders is not None else make_loaders(cfg)
     run_dir = pathlib.Path(cfg.run_dir)
@@ -276,6 +280,7 @@ def main(cfg: birdjepa.config.Config, *, loaders=None) -> dict:
     logger = birdjepa.metrics.Logger(run_dir, cfg, config_dict=dataclasses.asdict(cfg))
 
     nonfinite_run, nonfinite_total, first_bad, last_finite = 0, 0, None, None
+    preempted = False
     last_row, eval_row = {}, {}
     window = {"t": 0.0, "wait": 0.0, "n": 0}
     t_start = time.perf_counter()
@@ -331,6 +336,10 @@ def main(cfg: birdjepa.config.Config, *, loaders=None) -> dict:
                 print(f"step {done} eval | " + " | ".join(
                     f"{k} {v:.4g}" for k, v in eval_row.items()), flush=True)
             # Checkpoint save slots in here: save(state, train_loader.state_dict()).
+            if should_stop is not None and should_stop() and done < cfg.n_steps:
+                preempted = True
+                print(f"step {done}: stop requested", flush=True)
+                break
     finally:
         logger.close()
         if loaders is None:
@@ -338,6 +347,8 @@ def main(cfg: birdjepa.config.Config, *, loaders=None) -> dict:
             eval_loader.close()
 
     birdjepa.metrics.plot(logger.path, run_dir / "curves.png")
+    if not preempted:
+        (run_dir / "COMPLETE").touch()  # birdjepa.launch skips runs that have it
     summary = {
         "run_dir": str(run_dir),
         "steps": int(state["step"]),
@@ -345,6 +356,7 @@ def main(cfg: birdjepa.config.Config, *, loaders=None) -> dict:
         "train_probe_acc": last_row.get("probe_acc", float("nan")),
         "eval_probe_acc": eval_row.get("eval/probe_acc", float("nan")),
         "nonfinite_total": nonfinite_total,
+        "preempted": preempted,
         "seconds": time.perf_counter() - t_start,
     }
     if "eval/head_acc" in eval_row:

@@ -39,7 +39,8 @@ def n_keep(cfg: MAEConfig, n_patches: int) -> int:
     k = int(round(n_patches * (1 - cfg.mask_ratio)))
     if not 1 <= k < n_patches:
         raise ValueError(
-            f"mae.mask_ratio={cfg.mask_ratio} keeps {k} of {n_patches} patches; need 1..{n_patches - 1}"
+            f"mae.mask_ratio={cfg.mask_ratio} keeps {k} of {n_patches} patches; "
+            f"expected 1..{n_patches - 1}"
         )
     return k
 

@@ -1,0 +1,210 @@
+"""Training step and loop: non-finite guard, gradient accumulation, 2-device equality,
+end-to-end main() with the synthetic loader."""
+
+import dataclasses
+import functools
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import tomllib
+
+import jax
+import numpy as np
+import pytest
+
+import birdjepa.config as config
+import birdjepa.pretrain as pretrain
+import birdjepa.synthetic as synthetic
+
+
+def setup(cfg):
+    cfg = pretrain.finalize(cfg)
+    mesh = pretrain.make_mesh(1)
+    state, static, tx = pretrain.init_state(cfg, mesh)
+    step = jax.jit(functools.partial(pretrain.update, static=static, tx=tx, cfg=cfg))
+    train, _ = synthetic.tiny_loaders(cfg)
+    return cfg, mesh, state, step, iter(train)
+
+
+def leaves_equal(a, b) -> bool:
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+    )
+
+
+def test_nonfinite_update_is_skipped():
+    cfg, mesh, state, step, it = setup(synthetic.tiny_config())
+    state, m = step(state, pretrain.shard_batch(next(it), cfg, mesh))
+    assert bool(m["finite"]) and float(m["lr"]) > 0
+    before = jax.device_get(state)
+    bad = next(it)
+    bad["data"][3, 5, 7] = np.nan
+    state, m = step(state, pretrain.shard_batch(bad, cfg, mesh))
+    assert not bool(m["finite"])
+    after = jax.device_get(state)
+    assert leaves_equal(after["params"], before["params"])
+    assert leaves_equal(after["opt"], before["opt"])
+    assert int(after["step"]) == int(before["step"]) + 1
+    state, m = step(state, pretrain.shard_batch(next(it), cfg, mesh))
+    assert bool(m["finite"])
+    assert not leaves_equal(jax.device_get(state)["params"], before["params"])
+
+
+def test_grad_accumulation_equals_large_batch():
+    base = pretrain.finalize(synthetic.tiny_config(batch_size=8))
+    mesh = pretrain.make_mesh(1)
+    state0, static, tx = pretrain.init_state(base, mesh)
+    batch = next(iter(synthetic.tiny_loaders(base)[0]))
+    out = {}
+    for accum in (1, 4):
+        cfg = dataclasses.replace(base, optim=dataclasses.replace(base.optim, grad_accum=accum))
+        step = jax.jit(functools.partial(pretrain.update, static=static, tx=tx, cfg=cfg))
+        state, m = step(state0, pretrain.shard_batch(batch, cfg, mesh))
+        out[accum] = (jax.device_get(state["params"]), jax.device_get(m))
+    (p1, m1), (p4, m4) = out[1], out[4]
+    for k in ("loss", "grad_norm", "lr", "probe_acc", "param_norm"):
+        np.testing.assert_allclose(float(m4[k]), float(m1[k]), rtol=1e-5, err_msg=k)
+    assert float(m4["lr"]) == pytest.approx(base.optim.lr / base.optim.warmup)  # not 0, not /4
+    lr = float(m1["lr"])
+    diffs = np.concatenate([np.abs(np.asarray(a) - np.asarray(b)).ravel()
+                            for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p4), strict=True)])
+    # Adam's first step is ~lr * g / |g|: a few near-zero gradient entries may differ by float
+    # noise; everything else must agree to float tolerance.
+    assert diffs.max() < 0.01 * lr, diffs.max()
+    assert np.mean(diffs < 1e-4 * lr) > 0.995
+
+
+TWO_DEVICES = textwrap.dedent("""
+    import dataclasses, functools, jax, numpy as np
+    import birdjepa.pretrain as pretrain, birdjepa.synthetic as synthetic
+    assert jax.device_count() == 2, jax.devices()
+    cfg = pretrain.finalize(synthetic.tiny_config("{objective}", batch_size=8))
+    batches = []
+    it = iter(synthetic.tiny_loaders(cfg)[0])
+    batches = [next(it) for _ in range(3)]
+    out = []
+    for n in (1, 2):
+        mesh = pretrain.make_mesh(n)
+        state, static, tx = pretrain.init_state(cfg, mesh)
+        step = jax.jit(functools.partial(pretrain.update, static=static, tx=tx, cfg=cfg))
+        for b in batches:
+            sharded = pretrain.shard_batch(b, cfg, mesh)
+            assert len(sharded["data"].sharding.device_set) == n
+            state, m = step(state, sharded)
+        out.append((jax.device_get(state["params"]), jax.device_get(m)))
+    (p1, m1), (p2, m2) = out
+    np.testing.assert_allclose(m1["loss"], m2["loss"], rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    print("OK", float(m1["loss"]), float(m2["loss"]))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["lejepa"])
+def test_two_devices_match_one(objective):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "-c", TWO_DEVICES.format(objective=objective)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "OK" in r.stdout
+
+
+def test_make_loaders_fails_fast_without_data_paths(tmp_path):
+    cfg = synthetic.tiny_config()
+    with pytest.raises(config.ConfigError, match="data.train_shards is required; got None"):
+        pretrain.make_loaders(cfg)
+    missing = dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, train_shards=str(tmp_path / "nope"),
+                                      eval_shards=str(tmp_path)))
+    with pytest.raises(FileNotFoundError, match="data.train_shards: .*nope' does not exist"):
+        pretrain.make_loaders(missing)
+
+
+def test_finalize_checks():
+    with pytest.raises(config.ConfigError, match="n_classes: expected an int >= 2, got None"):
+        pretrain.finalize(dataclasses.replace(synthetic.tiny_config(), n_classes=None))
+    cfg = synthetic.tiny_config("lejepa")
+    with pytest.raises(config.ConfigError, match="needs data.n_views >= 2, got 1"):
+        pretrain.finalize(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, n_views=1)))
+    with pytest.raises(config.ConfigError, match="batch_size=8 must be divisible by .*=3"):
+        pretrain.finalize(dataclasses.replace(
+            cfg, optim=dataclasses.replace(cfg.optim, grad_accum=3)))
+
+
+def test_main_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = synthetic.tiny_config(
+        "mae", n_steps=5, run_dir=str(tmp_path / "run"), log_every=2, eval_every=3,
+        wandb=config.WandbConfig(mode="offline", project="test"),
+    )
+    summary = pretrain.main(cfg, loaders=synthetic.tiny_loaders(pretrain.finalize(cfg)))
+    run = tmp_path / "run"
+    assert summary["run_dir"] == str(run) and summary["steps"] == 5
+    assert not summary["preempted"] and (run / "COMPLETE").exists()
+    assert 0 <= summary["eval_probe_acc"] <= 1 and np.isfinite(summary["final_loss"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if "loss" in r]
+    eval_rows = [r for r in rows if "eval/probe_acc" in r]
+    assert [r["step"] for r in train_rows] == [1, 2, 4, 5]
+    assert [r["step"] for r in eval_rows] == [3, 5]
+    assert eval_rows[-1]["eval/n"] == 12  # the padded last eval batch is not counted
+    for r in train_rows:
+        for k in ("loss", "mse", "lr", "grad_norm", "param_norm", "probe_acc", "steps_per_s",
+                  "clips_per_s", "data_wait_frac"):
+            assert isinstance(r[k], float) and np.isfinite(r[k]), (k, r)
+        assert r["lr"] > 0
+    saved = config.from_dict(config.Config, tomllib.loads((run / "config.toml").read_text()))
+    assert saved == pretrain.finalize(cfg)
+    assert saved.model.width == 32 and saved.model.patch == (16, 16)  # resolved preset
+    assert (run / "curves.png").stat().st_size > 1000
+    assert list(run.glob("wandb/offline-run-*"))
+
+
+class NaNAfter:
+    """Wraps a train loader; every batch from `start` (0-based) on is NaN."""
+
+    def __init__(self, loader, start):
+        self.loader, self.start = loader, start
+
+    def __iter__(self):
+        for i, b in enumerate(self.loader):
+            if i >= self.start:
+                b["data"] = np.full_like(b["data"], np.nan)
+            yield b
+
+
+@pytest.mark.slow
+def test_main_stops_after_max_nonfinite(tmp_path):
+    cfg = synthetic.tiny_config(n_steps=20, run_dir=str(tmp_path / "r"), max_nonfinite=3)
+    train, evals = synthetic.tiny_loaders(pretrain.finalize(cfg))
+    msg = r"3 consecutive non-finite updates, steps 3\.\.5 .*last finite step 2"
+    with pytest.raises(pretrain.NonFiniteError, match=msg):
+        pretrain.main(cfg, loaders=(NaNAfter(train, 2), evals))
+    rows = [json.loads(line) for line in (tmp_path / "r/metrics.jsonl").read_text().splitlines()]
+    bad = [r for r in rows if r.get("nonfinite")]
+    assert [(r["step"], r["nonfinite_total"]) for r in bad] == [(3, 1), (4, 2), (5, 3)]
+
+
+@pytest.mark.slow
+def test_main_should_stop(tmp_path):
+    cfg = synthetic.tiny_config(n_steps=10, run_dir=str(tmp_path / "r"))
+    summary = pretrain.main(cfg, loaders=synthetic.tiny_loaders(pretrain.finalize(cfg)),
+                            should_stop=lambda: True)
+    assert summary["preempted"] and summary["steps"] == 1
+    assert not (tmp_path / "r/COMPLETE").exists()
+
+
+def test_cli_runs(tmp_path):
+    """`python -m birdjepa.pretrain --help` works without data or the Rust extension."""
+    r = subprocess.run([sys.executable, "-m", "birdjepa.pretrain", "--help"],
+                       capture_output=True, text=True, timeout=300,
+                       cwd=pathlib.Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stderr
+    assert "--optim.grad_accum" in r.stdout
