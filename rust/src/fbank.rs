@@ -136,6 +136,7 @@ pub struct Fbank {
     mel: Vec<(usize, Vec<f32>)>,
     fft: Arc<dyn RealToComplex<f32>>,
     frame: Vec<f32>,
+    fft_in: Vec<f32>,
     spec: Vec<Complex<f32>>,
     scratch: Vec<Complex<f32>>,
     power: Vec<f32>,
@@ -302,7 +303,8 @@ impl Fbank {
             padded,
             window,
             mel,
-            frame: vec![0.0; padded],
+            frame: vec![0.0; frame_len],
+            fft_in: vec![0.0; padded],
             spec,
             scratch,
             power: vec![0.0; n_fft_bins + 1],
@@ -361,7 +363,7 @@ impl Fbank {
         let (fl, coeff) = (self.frame_len, self.cfg.preemph);
         for (f, row) in out.chunks_exact_mut(n_mels).enumerate() {
             // Extract the frame (reflecting at the edges when not snipping).
-            let frame = &mut self.frame[..fl];
+            let frame = &mut self.frame[..];
             if self.cfg.snip_edges {
                 let s = f * self.shift;
                 frame.copy_from_slice(&wave[s..s + fl]);
@@ -382,26 +384,36 @@ impl Fbank {
                     *x += self.cfg.dither * rng.gauss();
                 }
             }
-            if self.cfg.remove_dc {
-                let mean = (frame.iter().map(|&x| x as f64).sum::<f64>() / fl as f64) as f32;
-                for x in frame.iter_mut() {
-                    *x -= mean;
+            // DC removal, pre-emphasis and window fused into one vectorisable pass from `frame`
+            // into `fft_in`: with x' = x - mean, y[j] = (x'[j] - c x'[j-1]) w[j]
+            // = (x[j] - c x[j-1] - mean (1 - c)) w[j], and y[0] = x'[0] (1 - c) w[0].
+            let mean = if self.cfg.remove_dc {
+                let mut acc = [0.0f32; 8];
+                let chunks = frame.chunks_exact(8);
+                let tail: f32 = chunks.remainder().iter().sum();
+                for c in chunks {
+                    for (a, &x) in acc.iter_mut().zip(c) {
+                        *a += x;
+                    }
                 }
-            }
-            // Pre-emphasis (backwards, in place) fused with the window.
-            if coeff != 0.0 {
-                for j in (1..fl).rev() {
-                    frame[j] = (frame[j] - coeff * frame[j - 1]) * self.window[j];
-                }
-                frame[0] = (frame[0] - coeff * frame[0]) * self.window[0];
+                (acc.iter().sum::<f32>() + tail) / fl as f32
             } else {
-                for (x, w) in frame.iter_mut().zip(&self.window) {
-                    *x *= w;
-                }
+                0.0
+            };
+            let out = &mut self.fft_in[..fl];
+            let bias = mean * (1.0 - coeff);
+            out[0] = (frame[0] - mean) * (1.0 - coeff) * self.window[0];
+            for (((o, &x), &prev), &w) in out[1..]
+                .iter_mut()
+                .zip(&frame[1..])
+                .zip(&frame[..fl - 1])
+                .zip(&self.window[1..])
+            {
+                *o = (x - coeff * prev - bias) * w;
             }
-            self.frame[fl..].fill(0.0);
+            self.fft_in[fl..].fill(0.0);
             self.fft
-                .process_with_scratch(&mut self.frame, &mut self.spec, &mut self.scratch)
+                .process_with_scratch(&mut self.fft_in, &mut self.spec, &mut self.scratch)
                 .map_err(|e| Error::corrupt(format!("fft: {e}")))?;
             if self.cfg.use_power {
                 for (p, c) in self.power.iter_mut().zip(&self.spec) {

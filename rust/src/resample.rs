@@ -53,9 +53,24 @@ pub fn output_len(n: usize, src: u32, dst: u32) -> usize {
 /// rubato's filter is centred at `fft_size_in / 2` (integer division) and it trims
 /// `fft_size_out / 2` output frames; both are exact only when both block sizes are even.
 fn fft_chunk(src: u32, dst: u32) -> usize {
-    let min_in = (src as u64 / gcd(src as u64, dst as u64)) as usize;
-    let k = FFT_TAPS.div_ceil(min_in).max(1);
-    (k + k % 2) * min_in
+    let g = gcd(src as u64, dst as u64);
+    let (min_in, min_out) = ((src as u64 / g) as usize, (dst as u64 / g) as usize);
+    let k0 = FFT_TAPS.div_ceil(min_in).max(1);
+    let k0 = k0 + k0 % 2;
+    // Prefer FFT lengths (2 * block) with only small prime factors: rustfft is fastest there.
+    let smooth = |mut n: usize| {
+        for p in [2, 3, 5, 7] {
+            while n.is_multiple_of(p) {
+                n /= p;
+            }
+        }
+        n == 1
+    };
+    let k = (k0..=2 * k0)
+        .step_by(2)
+        .find(|&k| smooth(2 * k * min_in) && smooth(2 * k * min_out))
+        .unwrap_or(k0);
+    k * min_in
 }
 
 fn check_rate(name: &'static str, sr: u32) -> Result<()> {
