@@ -56,9 +56,9 @@ def finalize(cfg: birdjepa.config.Config) -> birdjepa.config.Config:
     )
 
 
-def make_loaders(cfg: birdjepa.config.Config):
+def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None):
     """(train, eval) birdjepa.data.Loader over the configured shards; fails fast on missing
-    paths."""
+    paths. `train_state` (a train loader's state_dict()) resumes the train stream."""
     for name in ("train_shards", "eval_shards"):
         path = getattr(cfg.data, name)
         if not path:
@@ -80,7 +80,8 @@ def make_loaders(cfg: birdjepa.config.Config):
         label_column=d.label_column,
     )
     train = data_lib.Loader(
-        d.train_shards, mode="train", batch_size=cfg.batch_size, n_views=d.n_views, **common
+        d.train_shards, mode="train", batch_size=cfg.batch_size, n_views=d.n_views,
+        state=train_state, **common,
     )
     evals = data_lib.Loader(
         d.eval_shards, mode="eval", batch_size=d.eval_batch_size or cfg.batch_size, **common
@@ -285,12 +286,13 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     window = {"t": 0.0, "wait": 0.0, "n": 0}
     t_start = time.perf_counter()
     train_iter = iter(train_loader)
+    start = int(state["step"])
     try:
-        for step in range(int(state["step"]), cfg.n_steps):
+        for step in range(start, cfg.n_steps):
             t0 = time.perf_counter()
             batch = next(train_iter)
             t_data = time.perf_counter()
-            if step == 0:
+            if step == start:
                 check_batch(batch, cfg)
             state, m = update_fn(state, shard_batch(batch, cfg, mesh))
             # Fetching the small metrics dict syncs every step; this keeps timing honest and
