@@ -540,6 +540,51 @@ pub(crate) mod tests {
         }
     }
 
+    /// Every container's magic followed by junk, and truncations of it: an error, never a panic.
+    #[test]
+    fn every_container_magic_with_garbage_is_an_error() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut junk = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s as u8
+                })
+                .collect()
+        };
+        // Ogg page header (version 0, BOS) with a Vorbis identification packet prefix.
+        let mut ogg = b"OggS\x00\x02".to_vec();
+        ogg.extend_from_slice(&[0; 20]);
+        ogg.extend_from_slice(&[1, 30, 1]);
+        ogg.extend_from_slice(b"vorbis");
+        let flac = b"fLaC\x00\x00\x00\x22".to_vec();
+        let mp3 = vec![0xFF, 0xFB, 0x90, 0x64];
+        let id3 = b"ID3\x03\x00\x00\x00\x00\x00\x10".to_vec();
+        // A WAV header declaring more data than follows (PCM junk is otherwise just noise).
+        let wav = wav_bytes(&[0.1; 100_000], 1, 8000, 16, false)[..44].to_vec();
+        for magic in [ogg, flac, mp3, id3, wav] {
+            for n in [0usize, 1, 17, 300, 5000, 40000] {
+                let mut d = magic.clone();
+                d.extend(junk(n));
+                assert!(
+                    decode(&d).is_err(),
+                    "magic {:?} + {n} junk bytes decoded",
+                    &magic[..4]
+                );
+                // A window may lie inside valid-looking data (PCM junk is just noise); either
+                // way it must come back, finite.
+                if let Ok(w) = decode_window(&d, 0.5, Some(1.0)) {
+                    assert!(w.samples.iter().all(|x| x.is_finite()));
+                }
+                for cut in [1, 3, d.len() / 2] {
+                    assert!(decode(&d[..cut.min(d.len())]).is_err());
+                }
+            }
+        }
+    }
+
     #[test]
     fn malformed_inputs_error_without_panicking() {
         let x = tone(20000, 16000, 440.0, 0.5);
