@@ -148,7 +148,7 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, typing.Any]:
         if isinstance(v, dict):
             out.update(flatten(v, key + "."))
         else:
-            out[key] = v
+            out[key] = list(v) if isinstance(v, tuple) else v  # JSON has no tuples
     return out
 
 

@@ -15,6 +15,7 @@ import typing
 import tomli_w
 import tyro
 
+import birdjepa.distributed
 import birdjepa.model
 import birdjepa.objectives
 import birdjepa.optim
@@ -85,6 +86,11 @@ class Config:
     wandb: WandbConfig = WandbConfig()
     max_nonfinite: int = 10
     """Stop with an error after this many consecutive non-finite (skipped) updates."""
+    resume: typing.Literal["auto", "never", "force"] = "auto"
+    """With checkpoints in run_dir: "auto" resumes from the latest if the config still matches
+    (else refuses, naming the keys); "force" resumes despite a mismatch; "never" moves them
+    aside to checkpoints.old-<time> and starts over."""
+    distributed: birdjepa.distributed.DistributedConfig = birdjepa.distributed.DistributedConfig()
 
 
 def _type_name(t) -> str:

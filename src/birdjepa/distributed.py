@@ -72,6 +72,14 @@ def shutdown() -> None:
         jax.distributed.shutdown()
 
 
+def barrier(name: str) -> None:
+    """Wait until every process reaches the barrier `name` (no-op for one process)."""
+    if jax.process_count() > 1:
+        import jax.experimental.multihost_utils as mhu
+
+        mhu.sync_global_devices(name)
+
+
 def any_process(flag: bool) -> bool:
     """True on every process if `flag` is True on any process (a collective: call on all)."""
     if jax.process_count() == 1:

@@ -19,12 +19,20 @@ def _jsonable(v):
 class Logger:
     """One JSON object per logged step in run_dir/metrics.jsonl, mirrored to wandb."""
 
-    def __init__(self, run_dir: pathlib.Path, cfg: birdjepa.config.Config, config_dict: dict):
+    def __init__(
+        self,
+        run_dir: pathlib.Path,
+        cfg: birdjepa.config.Config,
+        config_dict: dict,
+        *,
+        enabled: bool = True,
+    ):
+        """`enabled=False` (every process but the first) logs nothing."""
         self.path = run_dir / "metrics.jsonl"
-        self.file = open(self.path, "a")
+        self.file = open(self.path, "a") if enabled else None
         self.run = None
         mode = os.environ.get("WANDB_MODE", cfg.wandb.mode)
-        if mode != "disabled":
+        if enabled and mode != "disabled":
             if mode == "offline":
                 # The env var (not just mode=) is what stops all network use.
                 os.environ.setdefault("WANDB_MODE", "offline")
@@ -41,6 +49,8 @@ class Logger:
             )
 
     def log(self, step: int, row: dict[str, typing.Any]) -> None:
+        if self.file is None:
+            return
         row = {"step": int(step), **{k: _jsonable(v) for k, v in row.items()}}
         self.file.write(json.dumps(row) + "\n")
         self.file.flush()
@@ -48,7 +58,9 @@ class Logger:
             self.run.log({k: v for k, v in row.items() if k != "step"}, step=int(step))
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
+            self.file = None
         if self.run is not None:
             self.run.finish()
             self.run = None
@@ -68,6 +80,19 @@ def console_line(step: int, n_steps: int, row: dict, rate: dict) -> str:
 def read(path: pathlib.Path) -> list[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def truncate(path: pathlib.Path, *, after_step: int) -> int:
+    """Drop rows logged after `after_step` (a resumed run logs those steps again); returns how
+    many were dropped. The file is replaced atomically."""
+    if not path.exists():
+        return 0
+    rows = read(path)
+    keep = [r for r in rows if r.get("step", 0) <= after_step]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    os.replace(tmp, path)
+    return len(rows) - len(keep)
 
 
 def plot(metrics_path: pathlib.Path, png_path: pathlib.Path) -> None:
@@ -90,8 +115,12 @@ def plot(metrics_path: pathlib.Path, png_path: pathlib.Path) -> None:
         ax_loss.set_yscale("log")
     ax_loss.set_xlabel("step")
     ax_loss.set_title("loss")
-    for key, label in [("probe_acc", "probe (train)"), ("eval/probe_acc", "probe (eval)"),
-                       ("train_acc", "head (train)"), ("eval/head_acc", "head (eval)")]:
+    for key, label in [
+        ("probe_acc", "probe (train)"),
+        ("eval/probe_acc", "probe (eval)"),
+        ("train_acc", "head (train)"),
+        ("eval/head_acc", "head (eval)"),
+    ]:
         xs, ys = series(key)
         if xs:
             ax_acc.plot(xs, ys, "o-" if key.startswith("eval/") else "-", label=label)

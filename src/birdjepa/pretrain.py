@@ -9,7 +9,9 @@ from (state, loader.state_dict()) at a step boundary continues bit-exactly.
 
 import dataclasses
 import functools
+import json
 import pathlib
+import shutil
 import sys
 import time
 import uuid
@@ -22,7 +24,9 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+import birdjepa.checkpoint
 import birdjepa.config
+import birdjepa.distributed
 import birdjepa.metrics
 import birdjepa.model
 import birdjepa.objectives
@@ -248,6 +252,64 @@ def evaluate(eval_fn, state, eval_loader, batch_size: int, mesh) -> dict:
     return row
 
 
+NOT_SHAPING = (
+    "n_steps", "run_id", "run_dir", "resume", "eval_every", "log_every", "ckpt_every",
+    "ckpt_keep", "wandb", "max_nonfinite", "distributed", "data.n_workers", "data.eval_shards",
+    "data.eval_batch_size",
+)
+"""Config keys that change neither the model nor the training stream: a checkpoint written under
+one value resumes under another (e.g. raise n_steps to extend a run)."""
+
+
+def code_version() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=5, cwd=pathlib.Path(__file__).parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def read_complete(run_dir: pathlib.Path) -> dict | None:
+    """The summary in run_dir/COMPLETE, written only when training finished; None if absent."""
+    path = run_dir / "COMPLETE"
+    if not path.exists():
+        return None
+    text = path.read_text().strip()
+    return json.loads(text) if text else {"steps": None}
+
+
+def open_checkpoints(cfg, run_dir: pathlib.Path, cfg_dict: dict):
+    """(Checkpointer, latest step to resume from or None), applying cfg.resume."""
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt = birdjepa.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every, keep=cfg.ckpt_keep)
+    latest = ckpt.latest_step()
+    if latest is None:
+        return ckpt, None
+    if cfg.resume == "never":
+        ckpt.close()
+        if jax.process_index() == 0:
+            aside = run_dir / f"checkpoints.old-{time.strftime('%Y%m%d-%H%M%S')}"
+            shutil.move(ckpt_dir, aside)
+            print(f"resume=never: moved existing checkpoints to {aside}", flush=True)
+        birdjepa.distributed.barrier("resume-never")
+        ckpt = birdjepa.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every,
+                                                keep=cfg.ckpt_keep)
+        return ckpt, None
+    saved = ckpt.read_meta(latest).get("config", {})
+    diff = birdjepa.checkpoint.config_diff(saved, cfg_dict, ignore=NOT_SHAPING)
+    if diff and cfg.resume != "force":
+        lines = "; ".join(f"{k}: checkpoint has {a!r}, config has {b!r}" for k, a, b in diff)
+        raise birdjepa.config.ConfigError(
+            f"{ckpt_dir} holds step {latest} of a run with a different config ({lines}). "
+            "Use --resume=force to continue anyway, --resume=never to start over, or another "
+            "--run_dir."
+        )
+    return ckpt, latest
+
+
 def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict:
     """Train and return a summary dict.
 
@@ -255,10 +317,23 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     polled at every step boundary; when true the run stops there with summary["preempted"].
     """
     cfg = finalize(cfg)
-    train_loader, eval_loader = loaders if loaders is not None else make_loaders(cfg)
+    birdjepa.distributed.initialize(cfg.distributed)
+    is_main = jax.process_index() == 0
     run_dir = pathlib.Path(cfg.run_dir)
+    done_before = read_complete(run_dir)
+    if done_before is not None and (done_before.get("steps") or 0) >= cfg.n_steps:
+        if is_main:
+            print(f"run {cfg.run_id} is already complete ({done_before.get('steps')} steps) "
+                  f"in {run_dir}; nothing to do", flush=True)
+        return {**done_before, "already_complete": True, "preempted": False}
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+    cfg_dict = dataclasses.asdict(cfg)
+    if is_main:
+        (run_dir / "COMPLETE").unlink(missing_ok=True)  # n_steps was raised: train on
+        (run_dir / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+    ckpt, resume_step = open_checkpoints(cfg, run_dir, cfg_dict)
+    meta = {"config": cfg_dict, "config_hash": birdjepa.checkpoint.config_hash(
+        cfg_dict, ignore=NOT_SHAPING), "code_version": code_version(), "wandb_id": cfg.run_id}
 
     mesh = make_mesh()
     n_dev = mesh.devices.size
@@ -270,7 +345,23 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
             f"{n_dev} devices"
         )
     state, static, tx = init_state(cfg, mesh)
-    # Checkpoint restore slots in here: state, loader state = restore(run_dir) if present.
+    train_state = None
+    if resume_step is not None:
+        t0 = time.perf_counter()
+        restored = ckpt.restore(state, step=resume_step)
+        state, train_state = restored.state, restored.loader
+        if is_main:
+            print(f"resumed from step {resume_step} ({time.perf_counter() - t0:.2f} s)",
+                  flush=True)
+            birdjepa.metrics.truncate(run_dir / "metrics.jsonl", after_step=resume_step)
+    if loaders is None:
+        train_loader, eval_loader = make_loaders(cfg, train_state=train_state)
+    elif callable(loaders):
+        train_loader, eval_loader = loaders(cfg, train_state=train_state)
+    else:
+        if train_state is not None:
+            raise ValueError("resuming needs `loaders` as a callable (cfg, train_state=...)")
+        train_loader, eval_loader = loaders
     n_params = sum(x.size for x in jax.tree.leaves(state["params"]["encoder"]))
     print(f"run {cfg.run_id} -> {run_dir} | {cfg.objective.name} | encoder {n_params:,} params "
           f"| {n_dev} device(s)", flush=True)
@@ -278,7 +369,7 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     update_fn = jax.jit(functools.partial(update, static=static, tx=tx, cfg=cfg),
                         donate_argnums=0)
     eval_fn = jax.jit(functools.partial(eval_step, static=static, cfg=cfg))
-    logger = birdjepa.metrics.Logger(run_dir, cfg, config_dict=dataclasses.asdict(cfg))
+    logger = birdjepa.metrics.Logger(run_dir, cfg, config_dict=cfg_dict, enabled=is_main)
 
     nonfinite_run, nonfinite_total, first_bad, last_finite = 0, 0, None, None
     preempted = False
@@ -337,20 +428,25 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
                 logger.log(done, eval_row)
                 print(f"step {done} eval | " + " | ".join(
                     f"{k} {v:.4g}" for k, v in eval_row.items()), flush=True)
-            # Checkpoint save slots in here: save(state, train_loader.state_dict()).
-            if should_stop is not None and should_stop() and done < cfg.n_steps:
+            stop = should_stop is not None and birdjepa.distributed.any_process(should_stop())
+            final = done == cfg.n_steps or (stop and done < cfg.n_steps)
+            ckpt.save(done, state, loader=train_loader.state_dict(), meta={**meta, "step": done},
+                      force=final)
+            if stop and done < cfg.n_steps:
+                ckpt.wait()
                 preempted = True
-                print(f"step {done}: stop requested", flush=True)
+                if is_main:
+                    print(f"step {done}: stop requested; checkpoint saved", flush=True)
                 break
     finally:
+        ckpt.close()  # waits for an async save in flight: a completed step is never lost
         logger.close()
-        if loaders is None:
+        if not (loaders is not None and not callable(loaders)):
             train_loader.close()
             eval_loader.close()
 
-    birdjepa.metrics.plot(logger.path, run_dir / "curves.png")
-    if not preempted:
-        (run_dir / "COMPLETE").touch()  # birdjepa.launch skips runs that have it
+    if is_main:
+        birdjepa.metrics.plot(run_dir / "metrics.jsonl", run_dir / "curves.png")
     summary = {
         "run_dir": str(run_dir),
         "steps": int(state["step"]),
@@ -363,15 +459,37 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     }
     if "eval/head_acc" in eval_row:
         summary["eval_head_acc"] = eval_row["eval/head_acc"]
+    if not preempted and is_main:
+        # Written last, after the final checkpoint committed: birdjepa.launch skips such runs.
+        (run_dir / "COMPLETE").write_text(json.dumps(summary))
     print("done | " + " | ".join(
         f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()),
         flush=True)
     return summary
 
 
-if __name__ == "__main__":
+EXIT_PREEMPTED = 75
+"""Exit status of a run stopped by SIGTERM/SIGUSR2 after saving its checkpoint (EX_TEMPFAIL)."""
+
+
+def cli_main(argv: list[str]) -> int:
+    """Command line: SIGTERM and SIGUSR2 stop the run at the next step boundary with a saved
+    checkpoint; starting the same command again resumes it."""
+    import signal
+
+    import birdjepa.job
+
     try:
-        main(birdjepa.config.cli(sys.argv[1:]))
+        cfg = birdjepa.config.cli(argv)
+        stop = birdjepa.job.Preemption()
+        for sig in (signal.SIGTERM, signal.SIGUSR2):
+            stop.install(sig)
+        summary = main(cfg, should_stop=stop.is_set)
     except birdjepa.config.ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
+    return EXIT_PREEMPTED if summary.get("preempted") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(sys.argv[1:]))

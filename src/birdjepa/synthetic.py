@@ -141,9 +141,9 @@ def tiny_config(objective: str = "supervised", **overrides):
     return dataclasses.replace(cfg, **overrides)
 
 
-def tiny_loaders(cfg, *, n_eval: int = 12):
+def tiny_loaders(cfg, *, n_eval: int = 12, train_state: dict | None = None):
     """(train, eval) SyntheticLoaders matching `cfg` (eval's last batch is padded)."""
     kw = dict(batch_size=cfg.batch_size, seed=cfg.seed, n_classes=cfg.n_classes,
               n_frames=cfg.data.n_frames, n_mels=cfg.data.n_mels)
-    return (SyntheticLoader(mode="train", n_views=cfg.data.n_views, **kw),
+    return (SyntheticLoader(mode="train", n_views=cfg.data.n_views, state=train_state, **kw),
             SyntheticLoader(mode="eval", n_eval=n_eval, **kw))
