@@ -293,6 +293,8 @@ def open_checkpoints(cfg, run_dir: pathlib.Path, cfg_dict: dict):
         if jax.process_index() == 0:
             aside = run_dir / f"checkpoints.old-{time.strftime('%Y%m%d-%H%M%S')}"
             shutil.move(ckpt_dir, aside)
+            if (run_dir / "metrics.jsonl").exists():  # the old run's rows go with its checkpoints
+                shutil.move(run_dir / "metrics.jsonl", aside / "metrics.jsonl")
             print(f"resume=never: moved existing checkpoints to {aside}", flush=True)
         birdjepa.distributed.barrier("resume-never")
         ckpt = birdjepa.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every,
@@ -321,7 +323,8 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     is_main = jax.process_index() == 0
     run_dir = pathlib.Path(cfg.run_dir)
     done_before = read_complete(run_dir)
-    if done_before is not None and (done_before.get("steps") or 0) >= cfg.n_steps:
+    if (done_before is not None and cfg.resume != "never"
+            and (done_before.get("steps") or 0) >= cfg.n_steps):
         if is_main:
             print(f"run {cfg.run_id} is already complete ({done_before.get('steps')} steps) "
                   f"in {run_dir}; nothing to do", flush=True)
@@ -354,6 +357,9 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
             print(f"resumed from step {resume_step} ({time.perf_counter() - t0:.2f} s)",
                   flush=True)
             birdjepa.metrics.truncate(run_dir / "metrics.jsonl", after_step=resume_step)
+    elif is_main:
+        # Rows of a run killed before its first checkpoint committed: logged again from step 1.
+        birdjepa.metrics.truncate(run_dir / "metrics.jsonl", after_step=0)
     if loaders is None:
         train_loader, eval_loader = make_loaders(cfg, train_state=train_state)
     elif callable(loaders):
