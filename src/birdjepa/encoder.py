@@ -1,0 +1,70 @@
+"""Eval-only loading of a trained encoder: `birdjepa.load_encoder(run_dir)` for notebooks.
+
+Reads `run_dir/config.toml` and restores only what the encoder needs from the latest complete
+checkpoint: the train-state structure is built abstractly (`eqx.filter_eval_shape`, no
+initialisation, no optimiser arithmetic), Orbax fills it, and the encoder's arrays are combined
+with its static part.
+"""
+
+import pathlib
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.sharding import SingleDeviceSharding
+
+import birdjepa.checkpoint
+import birdjepa.config
+import birdjepa.optim
+
+
+def abstract_state(cfg: birdjepa.config.Config, *, device=None):
+    """(abstract train state, static modules) for a finalized `cfg`: the structure, shapes,
+    dtypes and (single-device) shardings `birdjepa.pretrain.init_state` would produce."""
+    import birdjepa.pretrain
+
+    sharding = SingleDeviceSharding(device or jax.devices()[0])
+    key = jax.eval_shape(lambda: jax.random.key(cfg.seed))
+    params, static = eqx.filter_eval_shape(
+        lambda k: birdjepa.pretrain.init_params(cfg, key=k), key
+    )
+    tx = birdjepa.optim.make(cfg.optim, params)
+    state = {
+        "params": params,
+        "opt": jax.eval_shape(tx.init, params),
+        "key": key,
+        "step": jax.ShapeDtypeStruct((), jnp.int32),
+    }
+    state = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+                         state)
+    return state, static
+
+
+def load_config(run_dir: str | pathlib.Path) -> birdjepa.config.Config:
+    """The finalized config a run saved as run_dir/config.toml."""
+    import birdjepa.pretrain
+
+    return birdjepa.pretrain.finalize(birdjepa.config.load(pathlib.Path(run_dir) / "config.toml"))
+
+
+def restore_state(run_dir: str | pathlib.Path, *, step: int | None = None):
+    """(Restored checkpoint, static modules, config) of `step` (default: the latest complete)."""
+    cfg = load_config(run_dir)
+    state, static = abstract_state(cfg)
+    ckpt_dir = pathlib.Path(run_dir) / "checkpoints"
+    if not ckpt_dir.is_dir():
+        raise FileNotFoundError(f"no checkpoints directory in {run_dir}")
+    with birdjepa.checkpoint.Checkpointer(ckpt_dir, every=1, keep=cfg.ckpt_keep) as ckpt:
+        restored = ckpt.restore(state, step=step)
+    return restored, static, cfg
+
+
+def load_encoder(run_dir: str | pathlib.Path, *, step: int | None = None):
+    """(encoder, config) from `run_dir`'s config.toml and its latest complete checkpoint.
+
+    The encoder is the `birdjepa.model.ViT` Module as trained: `encoder(x)` on (B, T, M) log-mel
+    clips returns its outputs (e.g. `.pooled_bd` embeddings).
+    """
+    restored, static, cfg = restore_state(run_dir, step=step)
+    encoder = eqx.combine(restored.state["params"]["encoder"], static["encoder"])
+    return encoder, cfg
