@@ -451,7 +451,7 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
             train_loader.close()
             eval_loader.close()
 
-    if is_main:
+    if is_main and not preempted:  # a preempted job's grace period is for the requeue
         birdjepa.metrics.plot(run_dir / "metrics.jsonl", run_dir / "curves.png")
     summary = {
         "run_dir": str(run_dir),
