@@ -201,7 +201,10 @@ def shard_batch(batch: dict, cfg: birdjepa.config.Config, mesh) -> dict:
 
 
 def shard_eval_batch(batch: dict, batch_size: int, mesh) -> dict:
-    """Pad a short eval batch to `batch_size` (valid False on padding) and shard it."""
+    """Pad this process's slice of an eval batch to `batch_size` (the per-process eval batch,
+    eval_batch_size // process_count; valid False on padding) and build global arrays from it.
+    Every process pads to the same size and runs the same number of batches (the loader pads a
+    process whose slice ran out), so the collective eval step lines up."""
     b = len(batch["target"])
     valid = np.asarray(batch.get("valid", np.ones(b, bool)), bool)
     out = {"data": np.asarray(batch["data"]), "target": np.asarray(batch["target"]),
@@ -224,18 +227,28 @@ def check_batch(batch: dict, cfg: birdjepa.config.Config) -> None:
 
 
 def make_mesh(n_devices: int | None = None):
-    devices = jax.local_devices()[: n_devices or jax.local_device_count()]
+    """A 1-D "data" mesh over the global devices (every process's), or the first `n_devices`."""
+    devices = jax.devices()[: n_devices or jax.device_count()]
     return jax.sharding.Mesh(np.array(devices), ("data",))
 
 
 def init_state(cfg: birdjepa.config.Config, mesh):
-    """(state, static, tx), with the state replicated over the mesh."""
-    k_init, k_train = jax.random.split(jax.random.key(cfg.seed))
-    params, static = eqx.filter_jit(lambda k: init_params(cfg, key=k))(k_init)
-    tx = birdjepa.optim.make(cfg.optim, params)
-    state = {"params": params, "opt": tx.init(params), "key": k_train,
-             "step": jnp.zeros((), jnp.int32)}
-    return jax.device_put(state, NamedSharding(mesh, P())), static, tx
+    """(state, static, tx), with the state replicated over the mesh.
+
+    The state is built inside one jit whose outputs are replicated over the (possibly
+    multi-process) mesh: every process computes the same values and the leaves, PRNG key
+    included, are global arrays (Orbax refuses a host-local key with several processes)."""
+    shapes, static = eqx.filter_eval_shape(lambda k: init_params(cfg, key=k), jax.random.key(0))
+    tx = birdjepa.optim.make(cfg.optim, shapes)
+
+    def make_state():
+        k_init, k_train = jax.random.split(jax.random.key(cfg.seed))
+        params, _ = init_params(cfg, key=k_init)
+        return {"params": params, "opt": tx.init(params), "key": k_train,
+                "step": jnp.zeros((), jnp.int32)}
+
+    state = jax.jit(make_state, out_shardings=NamedSharding(mesh, P()))()
+    return state, static, tx
 
 
 def evaluate(eval_fn, state, eval_loader, batch_size: int, mesh) -> dict:
@@ -338,6 +351,10 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     meta = {"config": cfg_dict, "config_hash": birdjepa.checkpoint.config_hash(
         cfg_dict, ignore=NOT_SHAPING), "code_version": code_version(), "wandb_id": cfg.run_id}
 
+    # Data parallel over every process's devices: each process feeds its batch_size //
+    # process_count slice of every global batch (its own loader) into global arrays. With
+    # grad_accum > 1 a global micro-batch is the concatenation of the processes' local
+    # micro-batches: the same clips per update as one process, grouped differently.
     mesh = make_mesh()
     n_dev = mesh.devices.size
     micro = cfg.batch_size // cfg.optim.grad_accum
@@ -430,12 +447,16 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
                 window = {"t": 0.0, "wait": 0.0, "n": 0}
 
             if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.n_steps:
-                eval_row = evaluate(eval_fn, state, eval_loader, eval_bs, mesh)
+                eval_row = evaluate(eval_fn, state, eval_loader,
+                                    eval_bs // jax.process_count(), mesh)
                 logger.log(done, eval_row)
                 print(f"step {done} eval | " + " | ".join(
                     f"{k} {v:.4g}" for k, v in eval_row.items()), flush=True)
             stop = should_stop is not None and birdjepa.distributed.any_process(should_stop())
             final = done == cfg.n_steps or (stop and done < cfg.n_steps)
+            # A collective: every process calls save. The loader state is global (the next
+            # global step of the stream, not this process's slice), so the JSON item that Orbax
+            # keeps, process 0's, resumes every process.
             ckpt.save(done, state, loader=train_loader.state_dict(), meta={**meta, "step": done},
                       force=final)
             if stop and done < cfg.n_steps:
