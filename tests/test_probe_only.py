@@ -1,0 +1,88 @@
+"""The probe_only objective (random-encoder baseline): zero loss, no heads, and with
+weight_decay = 0 the encoder stays bit-identical to its initialisation while the probe learns."""
+
+import dataclasses
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import birdjepa.config as config
+import birdjepa.model as model
+import birdjepa.objectives as objectives
+import birdjepa.pretrain as pretrain
+import birdjepa.synthetic as synthetic
+
+
+def test_loss_is_zero_and_encoder_gradient_exactly_zero():
+    cfg = synthetic.tiny_config("probe_only")
+    obj, sub = objectives.get(cfg.objective)
+    enc = model.ViT(cfg.model, n_frames=32, n_mels=64, key=jax.random.key(0))
+    heads = obj.init_heads(sub, enc, 4, key=jax.random.key(1))
+    assert jax.tree.leaves(eqx.filter(heads, eqx.is_array)) == []
+    train, _ = synthetic.tiny_loaders(cfg)
+    batch = {k: jnp.asarray(v) for k, v in next(iter(train)).items()}
+
+    def f(enc):
+        loss, parts, emb, target, w = obj.loss(sub, enc, heads, batch, key=jax.random.key(2))
+        return loss + emb.sum(), (loss, parts, emb, target, w)
+
+    g, (loss, parts, emb, target, w) = eqx.filter_grad(f, has_aux=True)(enc)
+    assert float(loss) == 0.0 and parts == {}
+    assert emb.shape == (8, 32) and target.shape == (8,) and w.shape == (8,)
+    for leaf in jax.tree.leaves(eqx.filter(g, eqx.is_array)):
+        assert not np.any(np.asarray(leaf))
+
+
+def run_updates(weight_decay: float, n: int = 6):
+    cfg = synthetic.tiny_config("probe_only")
+    cfg = pretrain.finalize(dataclasses.replace(
+        cfg, optim=dataclasses.replace(cfg.optim, weight_decay=weight_decay, lr=1e-2)))
+    mesh = pretrain.make_mesh(1)
+    state, static, tx = pretrain.init_state(cfg, mesh)
+    init = jax.device_get(state["params"])
+    step = jax.jit(functools.partial(pretrain.update, static=static, tx=tx, cfg=cfg))
+    it = iter(synthetic.tiny_loaders(cfg)[0])
+    norms = []
+    for _ in range(n):
+        state, m = step(state, pretrain.shard_batch(next(it), cfg, mesh))
+        assert bool(m["finite"]) and float(m["loss"]) == 0.0 and float(m["grad_norm"]) == 0.0
+        norms.append(float(m["param_norm"]))
+    return init, jax.device_get(state["params"]), norms
+
+
+def leaves_equal(a, b) -> bool:
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+    )
+
+
+def test_encoder_stays_at_init_without_weight_decay():
+    init, after, norms = run_updates(weight_decay=0.0)
+    assert leaves_equal(init["encoder"], after["encoder"])
+    assert len(set(norms)) == 1  # what the demo's run script checks in metrics.jsonl
+    assert not leaves_equal(init["probe"], after["probe"])  # the probe does learn
+
+
+def test_weight_decay_would_move_the_encoder():
+    """Why configs/demo-random.toml sets weight_decay = 0: AdamW decays even at zero grads."""
+    init, after, norms = run_updates(weight_decay=0.5)
+    assert not leaves_equal(init["encoder"], after["encoder"])
+    assert norms[-1] < norms[0]
+
+
+def test_demo_random_config_keeps_the_encoder_frozen():
+    cfg = config.load("configs/demo-random.toml")
+    assert cfg.objective.name == "probe_only" and cfg.optim.weight_decay == 0.0
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-lejepa", "demo-random"])
+def test_demo_configs_share_the_encoder(name):
+    """The random-encoder baseline probes the very encoder LeJEPA starts from."""
+    cfg = pretrain.finalize(config.load(f"configs/{name}.toml"))
+    ref = pretrain.finalize(config.load("configs/demo-lejepa.toml"))
+    assert cfg.model == ref.model and cfg.seed == ref.seed and cfg.data.n_frames == 512
