@@ -299,6 +299,11 @@ class HoldUntilPreempted(birdjepa.job.TrainingJob):
             birdjepa.job.Preemption = original
             birdjepa.pretrain.make_loaders = make_loaders
 
+    def checkpoint(self, *args, **kwargs):
+        import submitit.helpers
+
+        return submitit.helpers.DelayedSubmission(birdjepa.job.TrainingJob(self.cfg))
+
 
 def split_run(cfg, run_dir, *, at: int, n_devices: int = 1) -> int:
     """Stop a CLI run with SIGUSR2 once step `at` is logged (it saves at the next step boundary

@@ -124,22 +124,24 @@ def test_submitit_timeout_requeues_and_resumes(corpus, reference, monkeypatch):
     cfg = dataclasses.replace(birdjepa.config.load(cfg_path), run_dir=str(run_dir),
                               run_id="submitit-resume")
     ex = submitit.LocalExecutor(folder=root / "submitit-logs")
-    # USR2 at 40 - 15 = 25 s after the job starts; the job holds at step N/2 until it arrives.
-    ex.update_parameters(timeout_min=40 / 60, signal_delay_s=15)
+    # USR2 35 s after the job starts (submitit kills it at 75 s); the job holds at step N/2
+    # until it arrives, so the signal lands mid-run however slow the start is.
+    ex.update_parameters(timeout_min=75 / 60, signal_delay_s=40)
     job = ex.submit(h.HoldUntilPreempted(cfg, hold_at=N // 2))
     summary = job.result()
     out = job.stdout() or ""
     assert summary["steps"] == N and not summary["preempted"], out[-3000:]
     assert summary["run_dir"] == str(run_dir)
-    assert out.count("run submitit-resume -> ") == 2, out[-3000:]  # two attempts
     assert out.count("holding at step") == 1  # the requeued job is a plain TrainingJob
+    attempts = out.count("run submitit-resume -> ")
     stopped = [int(line.split()[1].rstrip(":")) for line in out.splitlines()
                if "stop requested; checkpoint saved" in line]
     # USR2 normally arrives during the hold, so the stop lands right after it.
-    assert len(stopped) == 1 and 1 <= stopped[0] < N, out[-3000:]
-    assert f"resumed from step {stopped[0]} " in out, out[-3000:]
-    print(f"submitit: preempted at step {stopped[0]}, requeued, resumed to {N}")
+    assert attempts >= 2 and len(stopped) == attempts - 1, out[-3000:]
+    for s in stopped:
+        assert 1 <= s < N and f"resumed from step {s} " in out, out[-3000:]
     assert h.assert_same_run(reference, run_dir) == 0.0
+    print(f"submitit: preempted at step(s) {stopped}, requeued, resumed to {N}")
 
 
 @pytest.mark.slow

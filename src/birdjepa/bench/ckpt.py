@@ -1,0 +1,116 @@
+"""Checkpoint cost: `python -m birdjepa.bench ckpt [--configs demo vit-s] [--saves 3]`.
+
+For each config, with the real train state (model, optimiser state, PRNG key, step) after one
+update and `birdjepa.synthetic` data (no corpus needed):
+
+- blocked (async): how long `Checkpointer.save` holds the training loop with Orbax's async save
+  (device -> host copy, then the write runs in a background thread), median over `--saves`
+  saves, each after one training step;
+- blocked (sync): the same with `Checkpointer(async_save=False)` (the whole write);
+- size: one checkpoint's bytes on disk;
+- restore: opening the directory and restoring the latest checkpoint into the state's
+  structure; restore -> step: restore plus the first training step after it (compiled).
+"""
+
+import argparse
+import dataclasses
+import functools
+import pathlib
+import statistics
+import tempfile
+import time
+
+import jax
+
+import birdjepa.checkpoint
+import birdjepa.config
+import birdjepa.pretrain
+import birdjepa.synthetic
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs"
+
+
+def dir_bytes(path: pathlib.Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def bench(cfg: birdjepa.config.Config, n_saves: int, root: pathlib.Path) -> dict:
+    cfg = birdjepa.pretrain.finalize(cfg)
+    mesh = birdjepa.pretrain.make_mesh()
+    state, static, tx = birdjepa.pretrain.init_state(cfg, mesh)
+    update_fn = jax.jit(
+        functools.partial(birdjepa.pretrain.update, static=static, tx=tx, cfg=cfg),
+        donate_argnums=0,
+    )
+    train, _ = birdjepa.synthetic.tiny_loaders(cfg)
+    it = iter(train)
+
+    def step(state):
+        state, m = update_fn(state, birdjepa.pretrain.shard_batch(next(it), cfg, mesh))
+        jax.block_until_ready(m)
+        return state
+
+    t0 = time.perf_counter()
+    state = step(state)
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state = step(state)
+    step_s = time.perf_counter() - t0
+    meta = {"config": dataclasses.asdict(cfg)}
+
+    out = {"params": sum(x.size for x in jax.tree.leaves(state["params"])),
+           "compile_s": compile_s, "step_s": step_s}
+    for mode in ("async", "sync"):
+        ckpt_dir = root / mode
+        blocked = []
+        with birdjepa.checkpoint.Checkpointer(ckpt_dir, every=1, keep=2,
+                                              async_save=mode == "async") as ckpt:
+            for _ in range(n_saves):
+                state = step(state)
+                done = int(state["step"])
+                t0 = time.perf_counter()
+                ckpt.save(done, state, loader=train.state_dict(), meta={**meta, "step": done})
+                blocked.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            ckpt.wait()
+            out[f"{mode}_drain_s"] = time.perf_counter() - t0
+            latest = ckpt.latest_step()
+        out[f"{mode}_blocked_s"] = statistics.median(blocked)
+        out["bytes"] = dir_bytes(ckpt_dir / str(latest))
+
+    like = state
+    t0 = time.perf_counter()
+    with birdjepa.checkpoint.Checkpointer(root / "async", every=1, keep=2) as ckpt:
+        restored = ckpt.restore(like)
+    out["restore_s"] = time.perf_counter() - t0
+    step(restored.state)
+    out["restore_step_s"] = time.perf_counter() - t0
+    return out
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m birdjepa.bench ckpt", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", default=["demo", "vit-s"])
+    p.add_argument("--saves", type=int, default=3, help="timed saves per mode and config")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="override batch_size (non-demo configs default to 4 on CPU)")
+    p.add_argument("--dir", default=None, help="where to write checkpoints (default: a tmp dir)")
+    a = p.parse_args(argv)
+    print(f"{jax.device_count()} {jax.default_backend()} device(s); synthetic data")
+    print(f"{'config':8s} {'params':>11s} {'step s':>7s} {'size MB':>8s} {'async blocked s':>16s} "
+          f"{'(drain s)':>9s} {'sync blocked s':>15s} {'restore s':>10s} {'restore->step s':>16s}")
+    for name in a.configs:
+        cfg = birdjepa.config.load(CONFIGS / f"{name}.toml")
+        bs = a.batch_size or (4 if name != "demo" and jax.default_backend() == "cpu" else None)
+        cfg = dataclasses.replace(
+            cfg, batch_size=bs or cfg.batch_size, n_classes=cfg.n_classes or 10,
+            optim=dataclasses.replace(cfg.optim, grad_accum=1),
+        )
+        with tempfile.TemporaryDirectory(dir=a.dir, prefix=f"bench-ckpt-{name}-") as d:
+            r = bench(cfg, a.saves, pathlib.Path(d))
+        print(f"{name:8s} {r['params']:11,d} {r['step_s']:7.3f} {r['bytes'] / 1e6:8.1f} "
+              f"{r['async_blocked_s']:16.3f} {r['async_drain_s']:9.3f} "
+              f"{r['sync_blocked_s']:15.3f} {r['restore_s']:10.3f} {r['restore_step_s']:16.3f}",
+              flush=True)
+    return 0
