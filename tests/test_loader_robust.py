@@ -104,6 +104,9 @@ def test_ctrl_c_while_waiting_is_fast(shards):
         sent.append(time.perf_counter())
         os.kill(os.getpid(), signal.SIGINT)
 
+    # Ctrl-C reaches Python through its default SIGINT handler; earlier tests in the same session
+    # (JAX, wandb, submitit) may have installed others, so pin the default for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, interrupt)
     timer.start()
     try:
@@ -112,6 +115,7 @@ def test_ctrl_c_while_waiting_is_fast(shards):
         latency = time.perf_counter() - sent[0]
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
         t0 = time.perf_counter()
         loader.close()
         close_s = time.perf_counter() - t0
