@@ -154,6 +154,7 @@ def test_two_devices_split_run_is_bitwise_equal(corpus):
     assert h.assert_same_run(root / "ref2", root / "split2") == 0.0
 
 
+@pytest.mark.slow
 def test_load_encoder_matches_the_trained_encoder(tmp_path):
     """load_encoder(run_dir) gives the encoder as trained: its output equals, bit for bit, that
     of the same training steps replayed in this process."""
