@@ -153,6 +153,8 @@ def resolve(path: str | pathlib.Path) -> list[birdjepa.config.Config]:
             if not cfg.run_id:
                 cfg = dataclasses.replace(cfg, run_id=run_id_for(path.stem, i, cfg))
             cfg = birdjepa.pretrain.finalize(cfg)
+            # Absolute, so the job finds it whatever its working directory (not in the id).
+            cfg = dataclasses.replace(cfg, run_dir=str(pathlib.Path(cfg.run_dir).absolute()))
         except (birdjepa.config.ConfigError, SweepError, TypeError) as e:
             raise SweepError(f"sweep {path}, entry {i}: {e}") from e
         cfgs.append(cfg)

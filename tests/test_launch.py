@@ -1,0 +1,125 @@
+"""`python -m birdjepa.launch`: sweep validation, dry runs, stable run ids, skipping complete
+runs, and the sbatch script submitit writes (no cluster needed)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import submitit  # noqa: F401 - imported before output capture: its logger binds sys.stderr
+
+import birdjepa.launch as launch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEMO = ROOT / "configs" / "demo.toml"
+
+
+def write_sweep(tmp_path: pathlib.Path, entries: str, name: str = "sw") -> pathlib.Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"BASE = {str(DEMO)!r}\n\ndef make_cfgs():\n    return {entries}\n")
+    return path
+
+
+def test_bad_sweep_fails_whole_naming_entry_and_key(tmp_path, capsys):
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3, "optim.nope": 1}]')
+    rc = launch.main(["--sweep", str(sweep), "--executor", "local",
+                      "--log-dir", str(tmp_path / "logs")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "entry 1" in err and "nope" in err, err
+    assert not (tmp_path / "logs").exists()  # nothing submitted, not even entry 0
+
+
+def test_bad_value_type_names_entry_and_key(tmp_path, capsys):
+    sweep = write_sweep(tmp_path, '[{"batch_size": "big"}]')
+    assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "entry 0" in err and "batch_size" in err, err
+
+
+def test_dry_run_prints_resolved_configs_and_submits_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 3e-3, "n_steps": 7}]')
+    assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    cfgs = launch.resolve(sweep)
+    assert [c.optim.lr for c in cfgs] == [1e-3, 3e-3]
+    assert [c.n_steps for c in cfgs] == [600 if "600" in DEMO.read_text() else cfgs[0].n_steps, 7]
+    for c in cfgs:
+        assert f"{c.run_id}: to run -> {c.run_dir}" in out
+        assert f"# {c.run_id}\n" in out
+        assert pathlib.Path(c.run_dir) == tmp_path / "runs" / c.run_id
+    assert "lr = 0.003" in out and "n_steps = 7" in out
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "runs").exists()
+
+
+def test_run_ids_are_stable_and_follow_the_config(tmp_path):
+    a = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 3e-3}]', name="s")
+    ids1 = [c.run_id for c in launch.resolve(a)]
+    ids2 = [c.run_id for c in launch.resolve(a)]
+    assert ids1 == ids2 and len(set(ids1)) == 2
+    assert all(i.startswith(f"s-{k:03d}-") for k, i in enumerate(ids1))
+    # Editing entry 1 changes its id only; entry 0 keeps its run directory.
+    b = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 5e-3}]', name="s")
+    ids3 = [c.run_id for c in launch.resolve(b)]
+    assert ids3[0] == ids1[0] and ids3[1] != ids1[1]
+    # Launch-only knobs do not change the id (n_workers does not shape the stream)...
+    c = write_sweep(tmp_path, '[{"optim.lr": 1e-3, "run_dir": "elsewhere"}]', name="s")
+    assert launch.resolve(c)[0].run_id == ids1[0]
+
+
+def test_resubmitting_complete_runs_does_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 3e-3}]')
+    cfgs = launch.resolve(sweep)
+    for c in cfgs:
+        pathlib.Path(c.run_dir).mkdir(parents=True)
+        (pathlib.Path(c.run_dir) / launch.COMPLETE).write_text(json.dumps({"steps": 600}))
+    lc = launch.LaunchConfig(sweep=str(sweep), executor="local", log_dir=str(tmp_path / "logs"))
+    assert launch.launch(lc) == []
+    out = capsys.readouterr().out
+    assert "nothing submitted" in out
+    assert all(f"{c.run_id}: complete, skipped" in out for c in cfgs)
+    assert not (tmp_path / "logs").exists()
+    # One incomplete run: only it is to run (dry run, to submit nothing here).
+    (pathlib.Path(cfgs[1].run_dir) / launch.COMPLETE).unlink()
+    launch.launch(launch.LaunchConfig(sweep=str(sweep), dry_run=True))
+    out = capsys.readouterr().out
+    assert f"{cfgs[0].run_id}: complete, skipped" in out and f"{cfgs[1].run_id}: to run" in out
+
+
+def test_sbatch_script_has_signal_requeue_resources_and_setup(tmp_path):
+    lc = launch.LaunchConfig(
+        sweep="sweeps/lr.py", log_dir=str(tmp_path / "logs"), n_hours=2.0,
+        slurm=launch.SlurmConfig(partition="preempt", account="birds", gpus_per_node=4,
+                                 tasks_per_node=4, mem_gb=64, max_num_timeout=7,
+                                 setup=("module load cuda",)),
+    )
+    ex = launch.make_executor(lc, job_name="lr", n_workers=6)
+    assert ex._executor.max_num_timeout == 7
+    script = ex._executor._make_submission_file_text("python -m train", "uid")
+    lines = set(script.splitlines())
+    for want in ("#SBATCH --signal=USR2@90", "#SBATCH --job-name=lr", "#SBATCH --time=120",
+                 "#SBATCH --cpus-per-task=8", "#SBATCH --mem=64G", "#SBATCH --partition=preempt",
+                 "#SBATCH --account=birds", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --ntasks-per-node=4", "#SBATCH --nodes=1", "module load cuda"):
+        assert want in lines, f"{want!r} not in\n{script}"
+    assert f"#SBATCH --output={tmp_path / 'logs' / 'lr' / '%j'}/%j_0_log.out" in lines, script
+    assert "#SBATCH --open-mode=append" in lines  # requeued attempts append to the same logs
+
+
+def test_cli_help_and_missing_sweep(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "birdjepa.launch", "--help"], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and "--slurm.partition" in r.stdout and "--dry-run" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "birdjepa.launch", "--sweep",
+                        str(tmp_path / "none.py")], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 2 and "not found" in r.stderr
+
+
+@pytest.mark.parametrize("sweep", ["lr.py", "objectives.py", "tiny.py"])
+def test_repo_sweeps_resolve(sweep):
+    cfgs = launch.resolve(ROOT / "sweeps" / sweep)
+    assert len({c.run_id for c in cfgs}) == len(cfgs) >= 2
