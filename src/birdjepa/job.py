@@ -20,6 +20,11 @@ import submitit.helpers
 
 logger = logging.getLogger(__name__)
 
+LOCAL_REQUEUE_RETURN_CODE = 144
+"""submitit.local.local.LOCAL_REQUEUE_RETURN_CODE: a local task exiting with it is requeued."""
+REQUEUE_WAIT_S = 60
+"""Seconds a non-zero rank waits for Slurm's requeue to kill it before exiting non-zero."""
+
 
 class Preemption:
     """A flag raised by the preemption signal, read at step boundaries."""
@@ -63,25 +68,36 @@ class TrainingJob:
 
         preemption = Preemption()
         in_submitit = _inside_submitit()
+        usr_sig = submitit.JobEnvironment._usr_sig()
         if in_submitit:
-            preemption.install(submitit.JobEnvironment._usr_sig())
-        summary = birdjepa.pretrain.main(self.cfg, should_stop=preemption.is_set)
+            preemption.install(usr_sig)
+        summary = birdjepa.pretrain.main(self.cfg, should_stop=self.stop_poll(preemption))
         if not summary.get("preempted"):
             return summary
         birdjepa.distributed.shutdown()
         handler = preemption.submitit_handler
         if not in_submitit or not callable(handler):
             return summary  # stopped cleanly with a checkpoint; nothing to requeue through
-        if submitit.JobEnvironment().global_rank != 0:
-            # Rank 0 requeues the whole job; this task is killed by the requeue.
-            time.sleep(120)
+        env = submitit.JobEnvironment()
+        if env.global_rank != 0:
+            # Rank 0 requeues the whole job. The local controller requeues when a task exits
+            # with its requeue code and waits for every task first: leave now. Under Slurm the
+            # requeue kills this task; exit non-zero if that has not happened in time.
+            if type(env).__name__ == "LocalJobEnvironment":
+                raise SystemExit(LOCAL_REQUEUE_RETURN_CODE)
+            time.sleep(REQUEUE_WAIT_S)
             raise SystemExit(1)
-        handler(preemption.signum, None)  # calls self.checkpoint(), requeues, exits
+        # The signal may have reached only another process (agreed through any_process).
+        handler(preemption.signum or usr_sig, None)  # calls checkpoint(), requeues, exits
         return summary
+
+    def stop_poll(self, preemption: Preemption):
+        """The `should_stop` callable polled at every step boundary (tests slow it down)."""
+        return preemption.is_set
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """The job to requeue: the same config, so the same run id, run dir and wandb run."""
-        return submitit.helpers.DelayedSubmission(TrainingJob(self.cfg))
+        return submitit.helpers.DelayedSubmission(type(self)(self.cfg))
 
 
 def _inside_submitit() -> bool:
