@@ -93,9 +93,11 @@ def test_cli_refuses_forces_restarts_and_skips_complete(corpus, reference):
     assert "--resume=force" in r.stderr and "data." not in r.stderr  # only the differing key
     assert (run_dir / "metrics.jsonl").read_text() == before
 
-    r = h.run(cfg, run_dir, "--n_steps=18", "--optim.lr=0.001", "--resume=force")
+    # force also across a change of the data stream (seed): the new stream is entered at step N
+    r = h.run(cfg, run_dir, "--n_steps=18", "--optim.lr=0.001", "--seed=7", "--resume=force")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert f"resumed from step {N} " in r.stdout
+    assert f"entering the new stream at step {N}" in r.stdout
     assert json.loads((run_dir / "COMPLETE").read_text())["steps"] == 18
     assert sorted(h.metrics(run_dir)) == list(range(1, 19))
 

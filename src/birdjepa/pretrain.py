@@ -24,6 +24,7 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+import birdjepa
 import birdjepa.checkpoint
 import birdjepa.config
 import birdjepa.distributed
@@ -325,6 +326,31 @@ def open_checkpoints(cfg, run_dir: pathlib.Path, cfg_dict: dict):
     return ckpt, latest
 
 
+def open_loaders(cfg: birdjepa.config.Config, loaders, train_state: dict | None):
+    """(train, eval) loaders, the train stream resumed from `train_state`.
+
+    With resume="force" and a config that changed the stream (seed, batch size, shards...), the
+    saved position does not fit the new stream: the new stream is entered at the same step.
+    """
+    if loaders is not None and not callable(loaders):
+        if train_state is not None:
+            raise ValueError("resuming needs `loaders` as a callable (cfg, train_state=...)")
+        return loaders
+    build = make_loaders if loaders is None else loaders
+    try:
+        return build(cfg, train_state=train_state)
+    except birdjepa.StateMismatchError as e:
+        if cfg.resume != "force":
+            raise
+        print(f"resume=force: {e}; entering the new stream at step {train_state['step']}",
+              flush=True)
+    train, evals = build(cfg, train_state=None)
+    moved = {**train.state_dict(), "step": int(train_state["step"])}
+    train.close()
+    evals.close()
+    return build(cfg, train_state=moved)
+
+
 def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict:
     """Train and return a summary dict.
 
@@ -377,14 +403,7 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     elif is_main:
         # Rows of a run killed before its first checkpoint committed: logged again from step 1.
         birdjepa.metrics.truncate(run_dir / "metrics.jsonl", after_step=0)
-    if loaders is None:
-        train_loader, eval_loader = make_loaders(cfg, train_state=train_state)
-    elif callable(loaders):
-        train_loader, eval_loader = loaders(cfg, train_state=train_state)
-    else:
-        if train_state is not None:
-            raise ValueError("resuming needs `loaders` as a callable (cfg, train_state=...)")
-        train_loader, eval_loader = loaders
+    train_loader, eval_loader = open_loaders(cfg, loaders, train_state)
     n_params = sum(x.size for x in jax.tree.leaves(state["params"]["encoder"]))
     print(f"run {cfg.run_id} -> {run_dir} | {cfg.objective.name} | encoder {n_params:,} params "
           f"| {n_dev} device(s)", flush=True)
