@@ -3,7 +3,13 @@
 Outside a submitit job, or inside one with a single task, nothing is initialised. With several
 tasks the coordinator is taken explicitly from `submitit.helpers.TorchDistributedEnvironment()`
 (JAX's own Slurm auto-detection picks a coordinator port the tasks do not agree on, and jobs died
-at the heartbeat timeout in the system this replaces).
+at the heartbeat timeout in the system this replaces). Only its attributes are read: in
+submitit 1.5.4 `set_cuda_visible_devices` is an argument of `export()`, which would also rewrite
+CUDA_VISIBLE_DEVICES per rank, and is not called, so JAX sees every GPU of its node.
+
+Failure modes (measured on CPU/gloo): a peer that dies makes the survivor's next collective raise
+("Connection closed by peer"), and its exit then aborts in C++ (SIGABRT, status 134) when the
+coordination service's shutdown barrier fails: ~10 s with a 15 s heartbeat timeout.
 """
 
 import dataclasses
