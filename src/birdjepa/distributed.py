@@ -5,7 +5,8 @@ tasks the coordinator is taken explicitly from `submitit.helpers.TorchDistribute
 (JAX's own Slurm auto-detection picks a coordinator port the tasks do not agree on, and jobs died
 at the heartbeat timeout in the system this replaces). Only its attributes are read: in
 submitit 1.5.4 `set_cuda_visible_devices` is an argument of `export()`, which would also rewrite
-CUDA_VISIBLE_DEVICES per rank, and is not called, so JAX sees every GPU of its node.
+CUDA_VISIBLE_DEVICES per rank, and is not called: each process sees every GPU of its node, so
+run one task per node on GPUs (the launcher's default; several tasks per node are for CPU).
 
 Failure modes (measured on CPU/gloo): a peer that dies makes the survivor's next collective raise
 ("Connection closed by peer"), and its exit then aborts in C++ (SIGABRT, status 134) when the
