@@ -179,6 +179,9 @@ class NaNAfter:
                 b["data"] = np.full_like(b["data"], np.nan)
             yield b
 
+    def state_dict(self) -> dict:
+        return self.loader.state_dict()
+
 
 @pytest.mark.slow
 def test_main_stops_after_max_nonfinite(tmp_path):

@@ -476,8 +476,9 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
             # A collective: every process calls save. The loader state is global (the next
             # global step of the stream, not this process's slice), so the JSON item that Orbax
             # keeps, process 0's, resumes every process.
-            ckpt.save(done, state, loader=train_loader.state_dict(), meta={**meta, "step": done},
-                      force=final)
+            if final or done % cfg.ckpt_every == 0:
+                ckpt.save(done, state, loader=train_loader.state_dict(),
+                          meta={**meta, "step": done}, force=final)
             if stop and done < cfg.n_steps:
                 ckpt.wait()
                 preempted = True
