@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 import birdjepa.model
+import birdjepa.objectives.augment as aug
 import birdjepa.objectives.common as common
 
 
@@ -34,6 +35,8 @@ class LeJEPAConfig:
     """Hidden width of the projector MLP (encoder pooled -> hidden -> proj_dim)."""
     proj_dim: int = 64
     """Output dimension of the projector: the space where both terms act."""
+    augment: aug.AugmentConfig = aug.AugmentConfig()
+    """Per-view spectrogram augmentations (default: none); the probe sees the augmented views."""
 
 
 def sigreg(
@@ -82,6 +85,7 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
     v, b = views.shape[:2]
     if v < 2:
         raise ValueError(f"objective 'lejepa' needs data.n_views >= 2, got {v} view(s)")
+    views = aug.augment_views(cfg.augment, views, key=jax.random.fold_in(key, 1))
     emb = encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd
     z_vbk = heads(emb).reshape(v, b, -1)
     w_b = common.weights(batch, b)

@@ -1,0 +1,90 @@
+"""Per-view spectrogram augmentations for the self-supervised objectives, in JAX.
+
+Two crops of one recording share everything recording-specific: sample rate and codec (a 22.05
+kHz file has nothing above 11 kHz, so its top mel bins sit at the floor), gain, noise colour and
+SNR. Invariance between such views rewards exactly those nuisance cues. Drawing them
+independently per view breaks that shortcut: every augmentation below acts on the normalised
+log-mel clip (B, T, M) of one view, with its own random draw per view and example.
+
+- gain: add a constant, uniform in [-gain, gain] (log domain: a level change);
+- tilt: add a linear ramp over mel bins from -s/2 to +s/2, s uniform in [-tilt, tilt] (spectral
+  colour / EQ);
+- contrast: scale deviations from the clip mean by a factor in [1 - contrast, 1 + contrast];
+- lowpass: with probability lowpass_p, set every bin at or above a cutoff, uniform in
+  [lowpass_min * M, lowpass_max * M), to `floor` (what band-limited audio gives);
+then everything is clamped to >= floor. All zeros (the default) is the identity.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+LOADER_STD = 4.43
+"""birdjepa.data.DEFAULT_STD: the loader's normalisation is (log mel - mean) / (2 * std)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentConfig:
+    gain: float = 0.0
+    """Half-width of the uniform level offset (normalised log-mel units; 0.1 ~ 4 dB)."""
+    tilt: float = 0.0
+    """Half-width of the uniform spectral tilt (total change from the lowest to highest bin)."""
+    contrast: float = 0.0
+    """Half-width of the uniform contrast factor around 1."""
+    lowpass_p: float = 0.0
+    """Probability of a random low-pass cutoff per view."""
+    lowpass_min: float = 0.5
+    """Lowest cutoff as a fraction of the mel bins."""
+    lowpass_max: float = 1.0
+    """Highest cutoff as a fraction of the mel bins. Below the band edge of the lowest sample
+    rate in the data (0.9 for 22.05 kHz sources at the loader's 32 kHz), with lowpass_p = 1 every
+    view is band-limited below it and the sources' sample rate is no longer visible."""
+    mix: float = 0.0
+    """Mix in another clip of the batch (rolled by a random shift, drawn per view) in the power
+    domain with a weight uniform in [0, mix] (BYOL-A's mixup): every view gets another
+    background, so noise colour and level stop being shared by the views of a recording."""
+    floor: float = -0.99
+    """Floor value of the normalised log-mel (the loader's value for an empty bin)."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.gain or self.tilt or self.contrast or self.lowpass_p or self.mix)
+
+
+def augment(cfg: AugmentConfig, x_btm: Float[Array, "b t m"], *, key) -> Float[Array, "b t m"]:
+    """Augment a batch of clips, independently per clip."""
+    if not cfg.enabled:
+        return x_btm
+    b, _, m = x_btm.shape
+    k = jax.random.split(key, 7)
+    u = lambda kk, lo, hi: jax.random.uniform(kk, (b, 1, 1), minval=lo, maxval=hi)  # noqa: E731
+    x = x_btm
+    if cfg.mix:
+        # Normalised log-mel is (log power - mean) / (2 std) (birdjepa.data): mix the powers.
+        scale = 2 * LOADER_STD
+        other = jnp.roll(x, jax.random.randint(k[5], (), 1, max(b, 2)), 0)
+        lam = u(k[6], 0.0, cfg.mix)
+        x = jnp.logaddexp(jnp.log1p(-lam) + scale * x, jnp.log(lam + 1e-12) + scale * other) / scale
+    if cfg.contrast:
+        mu = x.mean((1, 2), keepdims=True)
+        x = mu + (x - mu) * u(k[0], 1 - cfg.contrast, 1 + cfg.contrast)
+    if cfg.gain:
+        x = x + u(k[1], -cfg.gain, cfg.gain)
+    if cfg.tilt:
+        ramp = jnp.linspace(-0.5, 0.5, m)
+        x = x + u(k[2], -cfg.tilt, cfg.tilt) * ramp
+    if cfg.lowpass_p:
+        cut = u(k[3], cfg.lowpass_min * m, cfg.lowpass_max * m)
+        on = jax.random.bernoulli(k[4], cfg.lowpass_p, (b, 1, 1))
+        x = jnp.where(on & (jnp.arange(m) >= cut), cfg.floor, x)
+    return jnp.maximum(x, cfg.floor)
+
+
+def augment_views(cfg: AugmentConfig, views_vbtm: Float[Array, "v b t m"], *, key):
+    """Augment every view with its own draws."""
+    if not cfg.enabled:
+        return views_vbtm
+    keys = jax.random.split(key, views_vbtm.shape[0])
+    return jax.vmap(lambda x, kk: augment(cfg, x, key=kk))(views_vbtm, keys)
