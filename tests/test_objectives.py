@@ -111,10 +111,57 @@ def test_lejepa_needs_two_views():
         obj.loss(sub, enc, heads, {**batch, "data": batch["data"][0]}, key=jax.random.key(0))
 
 
+def test_lejepa_projector_ignores_invalid_rows():
+    """The projector's batch statistics come from valid rows only: garbage in padded rows does
+    not change what the valid rows project to."""
+    _, sub, enc, heads, batch = build("lejepa")
+    emb = enc(batch["data"][0]).pooled_bd
+    w = jnp.ones(8).at[6:].set(0.0)
+    z = heads(emb, w)
+    z_garbage = heads(emb.at[6:].set(1e3), w)
+    np.testing.assert_allclose(np.asarray(z_garbage[:6]), np.asarray(z[:6]), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(np.asarray(heads(emb, jnp.ones(8))[:6]), np.asarray(z[:6]))
+
+
+def test_lejepa_probe_sees_the_clean_first_view():
+    """With augmentations on, the probe trains on the un-augmented first view (B rows)."""
+    import dataclasses
+
+    import birdjepa.objectives.augment as aug
+
+    obj, sub, enc, heads, batch = build("lejepa")
+    sub = dataclasses.replace(sub, augment=aug.AugmentConfig(gain=0.3, tilt=0.5, mix=0.5))
+    _, _, emb, target, w = obj.loss(sub, enc, heads, batch, key=jax.random.key(2))
+    np.testing.assert_array_equal(np.asarray(emb), np.asarray(enc(batch["data"][0]).pooled_bd))
+    np.testing.assert_array_equal(np.asarray(target), np.asarray(batch["target"]))
+    assert w.shape == (8,)
+
+
+def test_probe_standardises_with_running_statistics():
+    emb = jax.random.normal(jax.random.key(0), (64, 32)) * 0.5 + 5.0  # offset >> spread
+    w = jnp.ones(64).at[60:].set(0.0)
+    mean, var = probe.batch_stats(emb.at[60:].set(1e6), w)  # invalid rows are ignored
+    np.testing.assert_allclose(np.asarray(mean), np.asarray(emb[:60].mean(0)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(var), np.asarray(emb[:60].var(0)), rtol=1e-3)
+    pr = probe.init(32, 4, key=jax.random.key(1))
+    first = probe.update_stats(pr, mean, var, first=jnp.array(True))
+    np.testing.assert_array_equal(np.asarray(first.mean), np.asarray(mean))
+    second = probe.update_stats(first, 0 * mean, 2 * var, first=jnp.array(False))
+    np.testing.assert_allclose(np.asarray(second.mean), 0.9 * np.asarray(mean), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(second.var), 1.1 * np.asarray(var), rtol=1e-6)
+    # Standardised input: an affine change of the embedding with matching statistics gives the
+    # same logits.
+    lin = eqx.tree_at(lambda p: p.linear.w, first, jax.random.normal(jax.random.key(2), (32, 4)))
+    moved = eqx.tree_at(lambda p: (p.mean, p.var), lin, (3 * lin.mean - 7, 9 * lin.var))
+    np.testing.assert_allclose(np.asarray(moved(3 * emb - 7)), np.asarray(lin(emb)), rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_probe_gradient_to_encoder_is_exactly_zero():
     obj, sub, enc, heads, batch = build("supervised")
     pr = probe.init(32, 4, key=jax.random.key(5))
-    pr = eqx.tree_at(lambda p: p.w, pr, jax.random.normal(jax.random.key(6), pr.w.shape))
+    pr = eqx.tree_at(lambda p: p.linear.w, pr,
+                     jax.random.normal(jax.random.key(6), pr.linear.w.shape))
 
     def probe_loss(enc, pr):
         _, _, emb, target, w = obj.loss(sub, enc, heads, batch, key=jax.random.key(0))
@@ -124,7 +171,7 @@ def test_probe_gradient_to_encoder_is_exactly_zero():
     g_probe = eqx.filter_grad(lambda pr, enc: probe_loss(enc, pr))(pr, enc)
     for g in jax.tree.leaves(eqx.filter(g_enc, eqx.is_array)):
         assert np.array_equal(np.asarray(g), np.zeros_like(g))
-    assert float(jnp.abs(g_probe.w).sum()) > 0
+    assert float(jnp.abs(g_probe.linear.w).sum()) > 0
 
 
 def test_mae_block_mask():

@@ -63,7 +63,7 @@ def test_muon_leaf_selection():
     expected |= {f"['heads'].blocks.{n}.w" for n in ("wq", "wk", "wv", "wo", "fc1", "fc2")}
     assert muon == expected
     for k in ["['encoder'].patch_embed.w", "['encoder'].pos_embed", "['encoder'].cls",
-              "['heads'].pred.w", "['heads'].embed.w", "['heads'].mask_token", "['probe'].w",
+              "['heads'].pred.w", "['heads'].embed.w", "['heads'].mask_token", "['probe'].linear.w",
               "['encoder'].blocks.wq.b", "['encoder'].blocks.norm1.scale"]:
         assert labels[k] == "adam", k
 

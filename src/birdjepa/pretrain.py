@@ -114,8 +114,9 @@ def loss_fn(params, static, batch, key, cfg: birdjepa.config.Config):
     obj, sub = birdjepa.objectives.get(cfg.objective)
     loss, parts, emb, target, w = obj.loss(sub, m["encoder"], m["heads"], batch, key=key)
     probe_loss, probe_acc = birdjepa.objectives.probe.loss(m["probe"], emb, target, w)
+    emb_mean, emb_var = birdjepa.objectives.probe.batch_stats(emb, w)
     return loss + probe_loss, {"loss": loss, **parts, "probe_loss": probe_loss,
-                               "probe_acc": probe_acc}
+                               "probe_acc": probe_acc, "emb_mean": emb_mean, "emb_var": emb_var}
 
 
 def update(state: dict, batch: dict, *, static, tx, cfg: birdjepa.config.Config):
@@ -153,6 +154,9 @@ def update(state: dict, batch: dict, *, static, tx, cfg: birdjepa.config.Config)
     updates, new_opt = tx.update(grads, state["opt"], params)
     updates = jax.tree.map(lambda u: lr_factor * u, updates)
     new_params = optax.apply_updates(params, updates)
+    # The probe's input standardisation follows the embedding (micro-batch-averaged statistics).
+    new_params["probe"] = birdjepa.objectives.probe.update_stats(
+        new_params["probe"], parts.pop("emb_mean"), parts.pop("emb_var"), first=step == 0)
     keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
     new_params, new_opt = keep(new_params, params), keep(new_opt, state["opt"])
     metrics = {
@@ -250,6 +254,11 @@ def init_state(cfg: birdjepa.config.Config, mesh):
 
     state = jax.jit(make_state, out_shardings=NamedSharding(mesh, P()))()
     return state, static, tx
+
+
+def jit_update(cfg: birdjepa.config.Config, *, static, tx):
+    """The jitted train step (the state argument is donated)."""
+    return jax.jit(functools.partial(update, static=static, tx=tx, cfg=cfg), donate_argnums=0)
 
 
 def evaluate(eval_fn, state, eval_loader, batch_size: int, mesh) -> dict:
@@ -408,8 +417,7 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     print(f"run {cfg.run_id} -> {run_dir} | {cfg.objective.name} | encoder {n_params:,} params "
           f"| {n_dev} device(s)", flush=True)
 
-    update_fn = jax.jit(functools.partial(update, static=static, tx=tx, cfg=cfg),
-                        donate_argnums=0)
+    update_fn = jit_update(cfg, static=static, tx=tx)
     eval_fn = jax.jit(functools.partial(eval_step, static=static, cfg=cfg))
     logger = birdjepa.metrics.Logger(run_dir, cfg, config_dict=cfg_dict, enabled=is_main)
 
