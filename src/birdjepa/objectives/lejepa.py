@@ -34,9 +34,10 @@ class LeJEPAConfig:
     proj_hidden: int = 512
     """Hidden width of the projector MLP (encoder pooled -> hidden -> proj_dim)."""
     proj_dim: int = 64
-    """Output dimension of the projector: the space where both terms act."""
+    """Output dimension of the projector: the space where both terms act. 0: no projector, both
+    terms act on the encoder's pooled embedding itself (which SIGReg then makes isotropic)."""
     augment: aug.AugmentConfig = aug.AugmentConfig()
-    """Per-view spectrogram augmentations (default: none); the probe sees the augmented views."""
+    """Per-view spectrogram augmentations (default: none); the probe sees the clean first view."""
 
 
 def sigreg(
@@ -61,34 +62,65 @@ def sigreg(
     return stat_m.mean()
 
 
-class Heads(eqx.Module):
-    fc1: birdjepa.model.Linear
-    norm: birdjepa.model.LayerNorm
-    fc2: birdjepa.model.Linear
+class BatchNorm(eqx.Module):
+    """Standardise each feature over the (valid rows of the) batch, then scale and shift. Batch
+    statistics only: the projector is never used at evaluation. Under a data-parallel mesh the
+    statistics are over the global batch."""
 
-    def __call__(self, x):
-        return self.fc2(jax.nn.gelu(self.norm(self.fc1(x))))
+    scale: Float[Array, " d"]
+    bias: Float[Array, " d"]
+
+    def __init__(self, d: int):
+        self.scale = jnp.ones((d,))
+        self.bias = jnp.zeros((d,))
+
+    def __call__(self, x_nd: Float[Array, "n d"], w_n: Float[Array, " n"]):
+        w_n1 = (w_n / jnp.maximum(w_n.sum(), 1.0))[:, None]
+        mu = (w_n1 * x_nd).sum(0)
+        var = (w_n1 * jnp.square(x_nd - mu)).sum(0)
+        return (x_nd - mu) * jax.lax.rsqrt(var + 1e-5) * self.scale + self.bias
+
+
+class Heads(eqx.Module):
+    """The projector: Linear -> BatchNorm -> GELU -> Linear, as in the paper. A LayerNorm in its
+    place let one direction of the pooled embedding (with ~30x the spread of the next) dominate
+    every example's hidden vector, and the encoder lost species information
+    (docs/issues/004-demo-learning)."""
+
+    fc1: birdjepa.model.Linear | None
+    norm: BatchNorm | None
+    fc2: birdjepa.model.Linear | None
+
+    def __call__(self, x_nd, w_n):
+        if self.fc1 is None:
+            return x_nd
+        return self.fc2(jax.nn.gelu(self.norm(self.fc1(x_nd), w_n)))
 
 
 def init_heads(cfg: LeJEPAConfig, encoder: birdjepa.model.ViT, n_classes: int, *, key):
     del n_classes
+    if cfg.proj_dim == 0:
+        return Heads(None, None, None)
     k1, k2 = jax.random.split(key)
     return Heads(
         birdjepa.model.Linear(encoder.width, cfg.proj_hidden, key=k1),
-        birdjepa.model.LayerNorm(cfg.proj_hidden),
+        BatchNorm(cfg.proj_hidden),
         birdjepa.model.Linear(cfg.proj_hidden, cfg.proj_dim, key=k2),
     )
 
 
 def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
+    """The probe trains on the clean (un-augmented) first view when augmentations are on: what
+    it measures is the embedding of the data, not of the augmented views."""
     views = common.as_views(batch["data"])
     v, b = views.shape[:2]
     if v < 2:
         raise ValueError(f"objective 'lejepa' needs data.n_views >= 2, got {v} view(s)")
+    clean = views
     views = aug.augment_views(cfg.augment, views, key=jax.random.fold_in(key, 1))
     emb = encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd
-    z_vbk = heads(emb).reshape(v, b, -1)
     w_b = common.weights(batch, b)
+    z_vbk = heads(emb, common.tile_views(w_b, v)).reshape(v, b, -1)
     center_bk = z_vbk.mean(0)
     inv = common.wmean(jnp.square(z_vbk - center_bk).mean((0, 2)), w_b)
     # Same directions for every view, as in the paper's reference code.
@@ -98,5 +130,7 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
         )
     )(z_vbk).mean()
     total = (1 - cfg.lambd) * inv + cfg.lambd * sig
-    target = common.tile_views(batch["target"], v)
-    return total, {"inv": inv, "sigreg": sig}, emb, target, common.tile_views(w_b, v)
+    parts = {"inv": inv, "sigreg": sig}
+    if cfg.augment.enabled:
+        return total, parts, encoder(clean[0]).pooled_bd, batch["target"], w_b
+    return total, parts, emb, common.tile_views(batch["target"], v), common.tile_views(w_b, v)

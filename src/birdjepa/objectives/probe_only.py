@@ -13,15 +13,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-import birdjepa.objectives.augment as aug
 import birdjepa.objectives.common as common
 
 
 @dataclasses.dataclass(frozen=True)
 class ProbeOnlyConfig:
-    augment: aug.AugmentConfig = aug.AugmentConfig()
-    """Per-view augmentations of what the probe trains on (set as in the run it is compared
-    with, so that both probes see the same kind of inputs); the encoder is never trained."""
+    """No options: the probe trains on the clean views, as in every objective."""
 
 
 class Heads(eqx.Module):
@@ -35,10 +32,9 @@ def init_heads(cfg: ProbeOnlyConfig, encoder, n_classes: int, *, key):
 
 def loss(cfg: ProbeOnlyConfig, encoder, heads: Heads, batch: dict, *, key):
     """Zero loss; the pooled embeddings (V*B, D) of every view go to the probe."""
-    del heads
+    del cfg, heads, key
     views = common.as_views(batch["data"])
     v, b = views.shape[:2]
-    views = aug.augment_views(cfg.augment, views, key=jax.random.fold_in(key, 1))
     emb = jax.lax.stop_gradient(encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd)
     w = common.tile_views(common.weights(batch, b), v)
     return jnp.zeros((), jnp.float32), {}, emb, common.tile_views(batch["target"], v), w
