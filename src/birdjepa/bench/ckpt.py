@@ -14,7 +14,6 @@ update and `birdjepa.synthetic` data (no corpus needed):
 
 import argparse
 import dataclasses
-import functools
 import pathlib
 import statistics
 import tempfile
@@ -38,10 +37,7 @@ def bench(cfg: birdjepa.config.Config, n_saves: int, root: pathlib.Path) -> dict
     cfg = birdjepa.pretrain.finalize(cfg)
     mesh = birdjepa.pretrain.make_mesh()
     state, static, tx = birdjepa.pretrain.init_state(cfg, mesh)
-    update_fn = jax.jit(
-        functools.partial(birdjepa.pretrain.update, static=static, tx=tx, cfg=cfg),
-        donate_argnums=0,
-    )
+    update_fn = birdjepa.pretrain.jit_update(cfg, static=static, tx=tx)
     train, _ = birdjepa.synthetic.tiny_loaders(cfg)
     it = iter(train)
 
