@@ -114,9 +114,9 @@ def loss_fn(params, static, batch, key, cfg: birdjepa.config.Config):
     obj, sub = birdjepa.objectives.get(cfg.objective)
     loss, parts, emb, target, w = obj.loss(sub, m["encoder"], m["heads"], batch, key=key)
     probe_loss, probe_acc = birdjepa.objectives.probe.loss(m["probe"], emb, target, w)
-    emb_mean, emb_var = birdjepa.objectives.probe.batch_stats(emb, w)
+    emb_mean, emb_sq = birdjepa.objectives.probe.batch_stats(emb, w)
     return loss + probe_loss, {"loss": loss, **parts, "probe_loss": probe_loss,
-                               "probe_acc": probe_acc, "emb_mean": emb_mean, "emb_var": emb_var}
+                               "probe_acc": probe_acc, "emb_mean": emb_mean, "emb_sq": emb_sq}
 
 
 def update(state: dict, batch: dict, *, static, tx, cfg: birdjepa.config.Config):
@@ -156,7 +156,7 @@ def update(state: dict, batch: dict, *, static, tx, cfg: birdjepa.config.Config)
     new_params = optax.apply_updates(params, updates)
     # The probe's input standardisation follows the embedding (micro-batch-averaged statistics).
     new_params["probe"] = birdjepa.objectives.probe.update_stats(
-        new_params["probe"], parts.pop("emb_mean"), parts.pop("emb_var"), first=step == 0)
+        new_params["probe"], parts.pop("emb_mean"), parts.pop("emb_sq"), first=step == 0)
     keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
     new_params, new_opt = keep(new_params, params), keep(new_opt, state["opt"])
     metrics = {

@@ -45,15 +45,17 @@ def init(width: int, n_classes: int, *, key) -> Probe:
 def batch_stats(
     emb_nd: Float[Array, "n d"], w_n: Float[Array, " n"]
 ) -> tuple[Float[Array, " d"], Float[Array, " d"]]:
-    """Weighted mean and variance of the (stop-gradient) embedding over valid rows."""
+    """Weighted first and second moments (mean, mean of squares) of the stop-gradient embedding
+    over valid rows. Moments, not the variance, so that averaging them over equal micro-batches
+    (gradient accumulation) gives exactly the large batch's statistics."""
     emb_nd = jax.lax.stop_gradient(emb_nd)
     w_n1 = (w_n / jnp.maximum(w_n.sum(), 1.0))[:, None]
-    mean = (w_n1 * emb_nd).sum(0)
-    return mean, (w_n1 * jnp.square(emb_nd - mean)).sum(0)
+    return (w_n1 * emb_nd).sum(0), (w_n1 * jnp.square(emb_nd)).sum(0)
 
 
-def update_stats(probe: Probe, mean_d, var_d, *, first: Array) -> Probe:
-    """Fold one update's batch statistics into the running ones (replace them on the first)."""
+def update_stats(probe: Probe, mean_d, sq_d, *, first: Array) -> Probe:
+    """Fold one update's batch moments into the running statistics (replace them on the first)."""
+    var_d = jnp.maximum(sq_d - jnp.square(mean_d), 0.0)
     ema = lambda old, new: jnp.where(first, new, MOMENTUM * old + (1 - MOMENTUM) * new)  # noqa: E731
     return eqx.tree_at(lambda p: (p.mean, p.var), probe, (ema(probe.mean, mean_d),
                                                           ema(probe.var, var_d)))
