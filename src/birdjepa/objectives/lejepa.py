@@ -37,7 +37,7 @@ class LeJEPAConfig:
     """Output dimension of the projector: the space where both terms act. 0: no projector, both
     terms act on the encoder's pooled embedding itself (which SIGReg then makes isotropic)."""
     augment: aug.AugmentConfig = aug.AugmentConfig()
-    """Per-view spectrogram augmentations (default: none); the probe sees the clean first view."""
+    """Per-view spectrogram augmentations (default: none); the probe sees the clean views."""
 
 
 def sigreg(
@@ -110,8 +110,9 @@ def init_heads(cfg: LeJEPAConfig, encoder: birdjepa.model.ViT, n_classes: int, *
 
 
 def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
-    """The probe trains on the clean (un-augmented) first view when augmentations are on: what
-    it measures is the embedding of the data, not of the augmented views."""
+    """The probe trains on the clean (un-augmented) views when augmentations are on: what it
+    measures is the embedding of the data, not of the augmented views. All V views, so it sees
+    as many examples per step as the probe on a frozen encoder (objective `probe_only`)."""
     views = common.as_views(batch["data"])
     v, b = views.shape[:2]
     if v < 2:
@@ -132,5 +133,5 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
     total = (1 - cfg.lambd) * inv + cfg.lambd * sig
     parts = {"inv": inv, "sigreg": sig}
     if cfg.augment.enabled:
-        return total, parts, encoder(clean[0]).pooled_bd, batch["target"], w_b
+        emb = encoder(clean.reshape(v * b, *clean.shape[2:])).pooled_bd
     return total, parts, emb, common.tile_views(batch["target"], v), common.tile_views(w_b, v)
