@@ -21,12 +21,11 @@ import time
 
 import jax
 
+import birdjepa.bench.configs
 import birdjepa.checkpoint
 import birdjepa.config
 import birdjepa.pretrain
 import birdjepa.synthetic
-
-CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs"
 
 
 def dir_bytes(path: pathlib.Path) -> int:
@@ -97,12 +96,7 @@ def main(argv: list[str]) -> int:
     print(f"{'config':8s} {'params':>11s} {'step s':>7s} {'size MB':>8s} {'async blocked s':>16s} "
           f"{'(drain s)':>9s} {'sync blocked s':>15s} {'restore s':>10s} {'restore->step s':>16s}")
     for name in a.configs:
-        cfg = birdjepa.config.load(CONFIGS / f"{name}.toml")
-        bs = a.batch_size or (4 if name != "demo" and jax.default_backend() == "cpu" else None)
-        cfg = dataclasses.replace(
-            cfg, batch_size=bs or cfg.batch_size, n_classes=cfg.n_classes or 10,
-            optim=dataclasses.replace(cfg.optim, grad_accum=1),
-        )
+        cfg = birdjepa.bench.configs.load(name, a.batch_size, jax.default_backend())
         with tempfile.TemporaryDirectory(dir=a.dir, prefix=f"bench-ckpt-{name}-") as d:
             r = bench(cfg, a.saves, pathlib.Path(d))
         print(f"{name:8s} {r['params']:11,d} {r['step_s']:7.3f} {r['bytes'] / 1e6:8.1f} "

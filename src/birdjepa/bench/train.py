@@ -9,16 +9,14 @@ batches: the step time with no data cost, for comparison.
 
 import argparse
 import dataclasses
-import pathlib
 import time
 
 import jax
 
+import birdjepa.bench.configs
 import birdjepa.config
 import birdjepa.pretrain
 import birdjepa.synthetic
-
-CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs"
 
 
 def make_loader(cfg: birdjepa.config.Config, data: str | None):
@@ -69,7 +67,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m birdjepa.bench train", description=__doc__)
     p.add_argument("--configs", nargs="+", default=["demo", "vit-s"])
     p.add_argument("--steps", type=int, default=20, help="timed updates per config")
-    p.add_argument("--data", default=str(CONFIGS.parent / "data" / "demo" / "train"),
+    p.add_argument("--data", default=str(birdjepa.bench.configs.CONFIGS.parent / "data" / "demo" / "train"),
                    help="shard directory for the Rust loader")
     p.add_argument("--synthetic", action="store_true", help="in-memory batches instead")
     p.add_argument("--batch-size", type=int, default=None,
@@ -79,12 +77,7 @@ def main(argv: list[str]) -> int:
     print(f"{jax.device_count()} {jax.default_backend()} device(s); data: "
           f"{'synthetic' if data is None else 'Rust loader on ' + data}")
     for name in a.configs:
-        cfg = birdjepa.config.load(CONFIGS / f"{name}.toml")
-        bs = a.batch_size or (4 if name != "demo" and jax.default_backend() == "cpu" else None)
-        cfg = dataclasses.replace(
-            cfg, batch_size=bs or cfg.batch_size, n_classes=cfg.n_classes or 10,
-            optim=dataclasses.replace(cfg.optim, grad_accum=1),
-        )
+        cfg = birdjepa.bench.configs.load(name, a.batch_size, jax.default_backend())
         r = bench(cfg, a.steps, data)
         print(
             f"{name:8s} batch {cfg.batch_size:4d} | {r['steps_per_s']:7.2f} steps/s | "
