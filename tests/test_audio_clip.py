@@ -6,13 +6,12 @@ import io
 import numpy as np
 import pytest
 import soundfile as sf
+import soxr
 
 import birdjepa
 import birdjepa._rs
 import birdjepa.audio
-
-soxr = pytest.importorskip("soxr")
-knf = pytest.importorskip("kaldi_native_fbank")
+import birdjepa.bench.transforms
 
 FORMATS = {
     "wav": ("WAV", "PCM_16"),
@@ -44,25 +43,7 @@ def birdsong(seconds: float, sr: int, channels: int) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def knf_fbank(x: np.ndarray) -> np.ndarray:
-    o = knf.FbankOptions()
-    o.frame_opts.samp_freq = 32000
-    o.frame_opts.dither = 0.0
-    o.frame_opts.window_type = "hanning"
-    o.frame_opts.preemph_coeff = 0.97
-    o.frame_opts.remove_dc_offset = True
-    o.frame_opts.round_to_power_of_two = True
-    o.frame_opts.snip_edges = True
-    o.mel_opts.num_bins = 128
-    o.mel_opts.low_freq = 20
-    o.mel_opts.high_freq = 0
-    o.use_energy = False
-    o.use_log_fbank = True
-    o.use_power = True
-    f = knf.OnlineFbank(o)
-    f.accept_waveform(32000, x.tolist())
-    f.input_finished()
-    return np.array([f.get_frame(i) for i in range(f.num_frames_ready)])
+knf_fbank = birdjepa.bench.transforms.knf_fbank
 
 
 def passband_bins(max_hz: float, n_mels: int = 128, sr: int = 32000) -> np.ndarray:

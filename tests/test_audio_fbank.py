@@ -5,8 +5,7 @@ import pytest
 
 import birdjepa
 import birdjepa.audio
-
-knf = pytest.importorskip("kaldi_native_fbank")
+import birdjepa.bench.transforms
 
 SR = 32000
 # kaldi-native-fbank computes in float32: cells this far (in natural-log units, ~60 dB) below
@@ -15,30 +14,7 @@ SR = 32000
 FLOOR_NATS = 13.8
 
 
-def knf_fbank(x: np.ndarray, sr: float = SR, **kw) -> np.ndarray:
-    o = knf.FbankOptions()
-    fo, mo = o.frame_opts, o.mel_opts
-    fo.samp_freq = sr
-    fo.frame_length_ms = kw.get("frame_length_ms", 25.0)
-    fo.frame_shift_ms = kw.get("frame_shift_ms", 10.0)
-    fo.dither = 0.0
-    fo.window_type = kw.get("window_type", "hanning")
-    fo.preemph_coeff = kw.get("preemph", 0.97)
-    fo.remove_dc_offset = kw.get("remove_dc", True)
-    fo.round_to_power_of_two = True
-    fo.snip_edges = kw.get("snip_edges", True)
-    mo.num_bins = kw.get("n_mels", 128)
-    mo.low_freq = kw.get("low_freq", 20.0)
-    mo.high_freq = kw.get("high_freq", 0.0)
-    o.use_energy = False
-    o.use_log_fbank = True
-    o.use_power = True
-    f = knf.OnlineFbank(o)
-    f.accept_waveform(sr, x.astype(np.float32).tolist())
-    f.input_finished()
-    return np.array([f.get_frame(i) for i in range(f.num_frames_ready)], dtype=np.float32).reshape(
-        -1, mo.num_bins
-    )
+knf_fbank = birdjepa.bench.transforms.knf_fbank
 
 
 def signals() -> dict[str, np.ndarray]:

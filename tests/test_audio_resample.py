@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
+import soxr
 
 import birdjepa
 import birdjepa.audio
-
-soxr = pytest.importorskip("soxr")
 
 DST = 32000
 EDGE = 2000  # output samples excluded at each end

@@ -85,27 +85,35 @@ class NumpyFbank:
         return np.log(np.maximum(power @ self.mel, np.finfo(np.float32).eps))
 
 
-def knf_fbank(x: np.ndarray) -> np.ndarray:
+def knf_fbank(x: np.ndarray, sr: float = SR_OUT, **kw) -> np.ndarray:
+    """kaldi-native-fbank's log-mel filterbank (an independent C++ implementation of Kaldi's) of
+    `x` with our defaults; `kw` overrides frame_length_ms, frame_shift_ms, window_type, preemph,
+    remove_dc, snip_edges, n_mels, low_freq, high_freq. The peer of the benchmarks and the
+    reference of the fbank tests."""
     import kaldi_native_fbank as knf
 
     o = knf.FbankOptions()
-    o.frame_opts.samp_freq = SR_OUT
-    o.frame_opts.dither = 0.0
-    o.frame_opts.window_type = "hanning"
-    o.frame_opts.preemph_coeff = 0.97
-    o.frame_opts.remove_dc_offset = True
-    o.frame_opts.round_to_power_of_two = True
-    o.frame_opts.snip_edges = True
-    o.mel_opts.num_bins = 128
-    o.mel_opts.low_freq = 20
-    o.mel_opts.high_freq = 0
+    fo, mo = o.frame_opts, o.mel_opts
+    fo.samp_freq = sr
+    fo.frame_length_ms = kw.get("frame_length_ms", 25.0)
+    fo.frame_shift_ms = kw.get("frame_shift_ms", 10.0)
+    fo.dither = 0.0
+    fo.window_type = kw.get("window_type", "hanning")
+    fo.preemph_coeff = kw.get("preemph", 0.97)
+    fo.remove_dc_offset = kw.get("remove_dc", True)
+    fo.round_to_power_of_two = True
+    fo.snip_edges = kw.get("snip_edges", True)
+    mo.num_bins = kw.get("n_mels", 128)
+    mo.low_freq = kw.get("low_freq", 20.0)
+    mo.high_freq = kw.get("high_freq", 0.0)
     o.use_energy = False
     o.use_log_fbank = True
     o.use_power = True
     f = knf.OnlineFbank(o)
-    f.accept_waveform(SR_OUT, x.tolist())
+    f.accept_waveform(sr, x.astype(np.float32).tolist())
     f.input_finished()
-    return np.array([f.get_frame(i) for i in range(f.num_frames_ready)], np.float32)
+    frames = [f.get_frame(i) for i in range(f.num_frames_ready)]
+    return np.array(frames, dtype=np.float32).reshape(-1, mo.num_bins)
 
 
 def sf_window(data: bytes, start: float) -> tuple[np.ndarray, int]:
