@@ -6,6 +6,7 @@ import io
 import json
 import pathlib
 
+import datasets
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -63,7 +64,6 @@ def test_arrow_stream_schema_and_metadata(corpus):
 
 
 def test_datasets_reads_shards_and_directory(corpus):
-    datasets = pytest.importorskip("datasets")
     out, summary, rows = corpus
     shard = datasets.Dataset.from_file(summary["shards"][1])
     assert isinstance(shard.features["audio"], datasets.Audio)
@@ -84,7 +84,6 @@ def test_datasets_reads_shards_and_directory(corpus):
 
 def test_same_layout_as_datasets_save_to_disk(corpus, tmp_path):
     """Re-saving with `datasets` itself gives the same schema, metadata and JSON files."""
-    datasets = pytest.importorskip("datasets")
     out, summary, _ = corpus
     resaved = tmp_path / "resaved"
     datasets.load_from_disk(str(out)).save_to_disk(str(resaved), num_shards=N_SHARDS)

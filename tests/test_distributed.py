@@ -39,16 +39,6 @@ SRC = TESTS.parent / "src"
 N_STEPS = 8
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    birdjepa.demo_data.write(root / "train", n_recordings=12, n_shards=2, min_s=3.0, max_s=6.0,
-                             workers=1, seed=0)
-    birdjepa.demo_data.write(root / "eval", n_recordings=6, n_shards=1, min_s=3.0, max_s=6.0,
-                             workers=1, seed=1)
-    return root
-
-
 def make_cfg(corpus: pathlib.Path, run_dir: pathlib.Path, **overrides):
     kw = dict(n_steps=N_STEPS, batch_size=8, run_id=run_dir.name, run_dir=str(run_dir),
               ckpt_every=1000, eval_every=0, log_every=1, n_classes=12)
@@ -127,10 +117,10 @@ def run_local(tmp_path, monkeypatch, cfg, *, tasks: int, devices: int, job_cls=S
 
 
 @pytest.mark.timeout(1500)
-def test_two_processes_equal_one_process(corpus, tmp_path, monkeypatch):
+def test_two_processes_equal_one_process(tiny_corpus, tmp_path, monkeypatch):
     runs = {}
     for tasks, devices in ((1, 1), (2, 1), (2, 2)):
-        cfg = make_cfg(corpus, tmp_path / f"p{tasks}d{devices}")
+        cfg = make_cfg(tiny_corpus, tmp_path / f"p{tasks}d{devices}")
         t0 = time.monotonic()
         summary = run_local(tmp_path, monkeypatch, cfg, tasks=tasks, devices=devices)
         print(f"{tasks} process(es) x {devices} device(s): {time.monotonic() - t0:.1f} s")
@@ -155,10 +145,10 @@ def test_two_processes_equal_one_process(corpus, tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(900)
-def test_two_processes_preempted_resume_equal(corpus, tmp_path, monkeypatch):
-    ref_cfg = make_cfg(corpus, tmp_path / "ref")
+def test_two_processes_preempted_resume_equal(tiny_corpus, tmp_path, monkeypatch):
+    ref_cfg = make_cfg(tiny_corpus, tmp_path / "ref")
     run_local(tmp_path, monkeypatch, ref_cfg, tasks=2, devices=1)
-    cfg = make_cfg(corpus, tmp_path / "pre")
+    cfg = make_cfg(tiny_corpus, tmp_path / "pre")
     run_dir = tmp_path / "pre"
     signalled = {}
 
@@ -203,8 +193,8 @@ birdjepa.pretrain.main(cfg, should_stop=slow)
 
 
 @pytest.mark.timeout(300)
-def test_dead_peer_makes_survivor_exit_nonzero(corpus, tmp_path):
-    cfg = make_cfg(corpus, tmp_path / "dead", n_steps=10_000)
+def test_dead_peer_makes_survivor_exit_nonzero(tiny_corpus, tmp_path):
+    cfg = make_cfg(tiny_corpus, tmp_path / "dead", n_steps=10_000)
     (tmp_path / "cfg.pkl").write_bytes(pickle.dumps(cfg))
     procs = []
     for rank in range(2):

@@ -2,6 +2,7 @@
 
 import os
 
+import datasets
 import loader_shards
 import numpy as np
 import pytest
@@ -134,7 +135,6 @@ def test_formats_directory_and_datasets(tmp_path, shards):
     (b,) = take(only_file, 1)
     assert b["valid"].all()
 
-    datasets = pytest.importorskip("datasets")
     import pyarrow.ipc
 
     tbl = pyarrow.ipc.open_stream(shards[0]).read_all()

@@ -36,23 +36,13 @@ class SlowJob05(SlowJob):
     step_s = 0.5
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny")
-    birdjepa.demo_data.write(root / "train", n_recordings=12, n_shards=2, min_s=3.0, max_s=6.0,
-                             workers=1, seed=0)
-    birdjepa.demo_data.write(root / "eval", n_recordings=6, n_shards=1, min_s=3.0, max_s=6.0,
-                             workers=1, seed=1)
-    return root
-
-
 @pytest.fixture
-def env(slurm_cluster: SlurmCluster, tiny_data, monkeypatch) -> dict:
+def env(slurm_cluster: SlurmCluster, tiny_corpus, monkeypatch) -> dict:
     """os.environ for submitit and the launcher: our SLURM_CONF, tests/ importable in jobs."""
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
     monkeypatch.setenv(MARKER_ENV, slurm_cluster.env[MARKER_ENV])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT / "src")]))
-    monkeypatch.setenv("TINY_DATA", str(tiny_data))
+    monkeypatch.setenv("TINY_DATA", str(tiny_corpus))
     monkeypatch.setenv("TINY_STEPS", str(N_STEPS))
     monkeypatch.setenv("WANDB_MODE", "disabled")
     return dict(os.environ)
