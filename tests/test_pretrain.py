@@ -211,3 +211,56 @@ def test_cli_runs(tmp_path):
                        cwd=pathlib.Path(__file__).resolve().parents[1])
     assert r.returncode == 0, r.stderr
     assert "--optim.grad_accum" in r.stdout
+
+
+def final_state(cfg) -> dict:
+    """The state in cfg.run_dir's latest checkpoint."""
+    import birdjepa.checkpoint
+
+    like, _, _ = pretrain.init_state(pretrain.finalize(cfg), pretrain.make_mesh(1))
+    with birdjepa.checkpoint.Checkpointer(pathlib.Path(cfg.run_dir) / "checkpoints", every=1,
+                                          keep=1, async_save=False) as ck:
+        return ck.restore(like).state
+
+
+def test_init_encoder_probes_a_pretrained_encoder(tmp_path, monkeypatch):
+    """A probe_only run initialised from another run's checkpoint trains the probe on exactly
+    that encoder, which it leaves untouched; the source run's directory is only read."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    src = synthetic.tiny_config("lejepa", n_steps=3, run_dir=str(tmp_path / "src"), eval_every=0)
+    pretrain.main(src, loaders=synthetic.tiny_loaders(pretrain.finalize(src)))
+    src_enc = final_state(src)["params"]["encoder"]
+    fresh, _, _ = pretrain.init_state(pretrain.finalize(src), pretrain.make_mesh(1))
+    assert not leaves_equal(src_enc, fresh["params"]["encoder"])  # pretraining moved it
+    in_flight = tmp_path / "src" / "checkpoints" / "9.orbax-checkpoint-tmp-1"
+    in_flight.mkdir()  # another save of the source run, in progress: must survive
+
+    probe_cfg = synthetic.tiny_config(
+        "probe_only", n_steps=4, run_dir=str(tmp_path / "probe"), eval_every=0,
+        init_encoder=str(tmp_path / "src"), seed=7,
+        optim=dataclasses.replace(synthetic.tiny_config().optim, weight_decay=0.0))
+    probe_cfg = dataclasses.replace(probe_cfg, data=dataclasses.replace(probe_cfg.data,
+                                                                        n_views=2))
+    pretrain.main(probe_cfg, loaders=synthetic.tiny_loaders(pretrain.finalize(probe_cfg)))
+    after = final_state(probe_cfg)
+    assert leaves_equal(after["params"]["encoder"], src_enc)
+    assert not leaves_equal(after["params"]["probe"], fresh["params"]["probe"])
+    assert in_flight.is_dir()
+
+
+def test_init_encoder_rejects_missing_run_and_other_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    missing = synthetic.tiny_config(run_dir=str(tmp_path / "a"), init_encoder=str(tmp_path / "x"))
+    with pytest.raises(config.ConfigError, match="init_encoder.*does not exist"):
+        pretrain.main(missing, loaders=synthetic.tiny_loaders(pretrain.finalize(missing)))
+    (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
+    empty = dataclasses.replace(missing, init_encoder=str(tmp_path / "empty"))
+    with pytest.raises(config.ConfigError, match="no complete checkpoint"):
+        pretrain.main(empty, loaders=synthetic.tiny_loaders(pretrain.finalize(empty)))
+    src = synthetic.tiny_config(n_steps=1, run_dir=str(tmp_path / "src"), eval_every=0)
+    pretrain.main(src, loaders=synthetic.tiny_loaders(pretrain.finalize(src)))
+    wider = dataclasses.replace(
+        missing, run_dir=str(tmp_path / "b"), init_encoder=src.run_dir,
+        model=dataclasses.replace(missing.model, width=48))
+    with pytest.raises(config.ConfigError, match="model.width: checkpoint has 32, config has 48"):
+        pretrain.main(wider, loaders=synthetic.tiny_loaders(pretrain.finalize(wider)))

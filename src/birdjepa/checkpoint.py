@@ -58,19 +58,25 @@ class Checkpointer:
         every: int,
         keep: int,
         async_save: bool = True,
+        read_only: bool = False,
     ):
+        """`read_only`: another run's checkpoints (e.g. to initialise from): no saves, and
+        incomplete saves in the directory are left alone (that run may be writing one)."""
         if every < 1:
             raise ValueError(f"ckpt_every must be >= 1, got {every}")
         if keep < 1:
             raise ValueError(f"ckpt_keep must be >= 1, got {keep}")
         self.every = every
         self.ckpt_dir = pathlib.Path(ckpt_dir).absolute()
-        self.removed_tmp = _remove_tmp_dirs(self.ckpt_dir)
+        if read_only and not self.ckpt_dir.is_dir():
+            raise FileNotFoundError(f"no checkpoint directory {self.ckpt_dir}")
+        self.removed_tmp = [] if read_only else _remove_tmp_dirs(self.ckpt_dir)
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=1,  # the interval is ours: see `save`
             max_to_keep=keep,
             enable_async_checkpointing=async_save,
-            create=True,
+            create=not read_only,
+            read_only=read_only,
         )
         self._mngr = ocp.CheckpointManager(self.ckpt_dir, options=options, item_names=ITEMS)
 

@@ -91,6 +91,11 @@ class Config:
     (else refuses, naming the keys); "force" resumes despite a mismatch; "never" moves them
     aside to checkpoints.old-<time> and starts over."""
     distributed: birdjepa.distributed.DistributedConfig = birdjepa.distributed.DistributedConfig()
+    init_encoder: str = ""
+    """A run directory (or its checkpoints/ directory) whose latest checkpoint's encoder
+    initialises this run's, e.g. linear probing of a pretrained encoder with objective
+    `probe_only`, or fine-tuning. Its `model` config must equal this one's. Empty: random
+    initialisation from `seed`. A resumed run takes its encoder from its own checkpoint."""
 
 
 def _type_name(t) -> str:
@@ -162,9 +167,11 @@ def load(path: str | pathlib.Path) -> Config:
     return from_dict(Config, d)
 
 
-def _strip_none(x):
+def strip_none(x):
+    """A config dict (dataclasses.asdict, or JSON) without its unset (None) fields, tuples as
+    lists: what TOML can hold and `from_dict` reads back."""
     if isinstance(x, dict):
-        return {k: _strip_none(v) for k, v in x.items() if v is not None}
+        return {k: strip_none(v) for k, v in x.items() if v is not None}
     if isinstance(x, tuple):
         return list(x)
     return x
@@ -172,7 +179,7 @@ def _strip_none(x):
 
 def to_toml(cfg: Config) -> str:
     """TOML text of `cfg`; unset (None) fields are omitted, so load(to_toml(cfg)) == cfg."""
-    return tomli_w.dumps(_strip_none(dataclasses.asdict(cfg)))
+    return tomli_w.dumps(strip_none(dataclasses.asdict(cfg)))
 
 
 def cli(argv: list[str] | None = None) -> Config:

@@ -113,12 +113,6 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _strip_none(d):
-    if isinstance(d, dict):
-        return {k: _strip_none(v) for k, v in d.items() if v is not None}
-    return d
-
-
 def run_id_for(sweep_name: str, index: int, cfg: birdjepa.config.Config) -> str:
     """Stable across resubmissions: the same entry with the same config gets the same id."""
     d = dataclasses.asdict(dataclasses.replace(cfg, run_id="", run_dir=""))
@@ -136,7 +130,7 @@ def resolve(path: str | pathlib.Path) -> list[birdjepa.config.Config]:
         base_path = pathlib.Path(base)
         if not base_path.is_absolute() and not base_path.exists():
             base_path = path.parent / base_path
-        base_dict = _strip_none(dataclasses.asdict(birdjepa.config.load(base_path)))
+        base_dict = birdjepa.config.strip_none(dataclasses.asdict(birdjepa.config.load(base_path)))
     entries = list(module.make_cfgs())
     if not entries:
         raise SweepError(f"sweep {path}: make_cfgs() returned no configs")

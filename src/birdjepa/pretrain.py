@@ -256,6 +256,40 @@ def init_state(cfg: birdjepa.config.Config, mesh):
     return state, static, tx
 
 
+def load_encoder(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
+    """`state` with its encoder replaced by the encoder in the latest checkpoint of the run
+    `cfg.init_encoder` (optimiser state, heads and probe stay freshly initialised)."""
+    src = pathlib.Path(cfg.init_encoder)
+    ckpt_dir = src / "checkpoints" if (src / "checkpoints").is_dir() else src
+    if not ckpt_dir.is_dir():
+        raise birdjepa.config.ConfigError(
+            f"init_encoder: expected a run directory or its checkpoints/ directory, "
+            f"got {str(src)!r}, which does not exist")
+    with birdjepa.checkpoint.Checkpointer(ckpt_dir, every=1, keep=1, read_only=True) as ck:
+        step = ck.latest_step()
+        if step is None:
+            raise birdjepa.config.ConfigError(
+                f"init_encoder: no complete checkpoint in {ckpt_dir}")
+        saved = ck.read_meta(step).get("config", {})
+        def shaping(d: dict) -> dict:  # what the encoder's parameters depend on
+            data = d.get("data") or {}
+            return {"model": d.get("model"), "data.n_frames": data.get("n_frames"),
+                    "data.n_mels": data.get("n_mels")}
+
+        diff = birdjepa.checkpoint.config_diff(shaping(saved), shaping(dataclasses.asdict(cfg)))
+        if diff:
+            lines = "; ".join(f"{k}: checkpoint has {a!r}, config has {b!r}" for k, a, b in diff)
+            raise birdjepa.config.ConfigError(
+                f"init_encoder: {ckpt_dir} step {step} holds another model ({lines})")
+        src_cfg = birdjepa.config.from_dict(birdjepa.config.Config,
+                                            birdjepa.config.strip_none(saved))
+        like, _, _ = init_state(src_cfg, mesh)
+        encoder = ck.restore(like, step=step).state["params"]["encoder"]
+    params = {**state["params"], "encoder": encoder}
+    print(f"encoder initialised from {ckpt_dir} step {step}", flush=True)
+    return {**state, "params": params}
+
+
 def jit_update(cfg: birdjepa.config.Config, *, static, tx):
     """The jitted train step (the state argument is donated)."""
     return jax.jit(functools.partial(update, static=static, tx=tx, cfg=cfg), donate_argnums=0)
@@ -409,9 +443,12 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
             print(f"resumed from step {resume_step} ({time.perf_counter() - t0:.2f} s)",
                   flush=True)
             birdjepa.metrics.truncate(run_dir / "metrics.jsonl", after_step=resume_step)
-    elif is_main:
-        # Rows of a run killed before its first checkpoint committed: logged again from step 1.
-        birdjepa.metrics.truncate(run_dir / "metrics.jsonl", after_step=0)
+    else:
+        if cfg.init_encoder:
+            state = load_encoder(cfg, state, mesh)
+        if is_main:
+            # Rows of a run killed before its first checkpoint committed: logged from step 1.
+            birdjepa.metrics.truncate(run_dir / "metrics.jsonl", after_step=0)
     train_loader, eval_loader = open_loaders(cfg, loaders, train_state)
     n_params = sum(x.size for x in jax.tree.leaves(state["params"]["encoder"]))
     print(f"run {cfg.run_id} -> {run_dir} | {cfg.objective.name} | encoder {n_params:,} params "
