@@ -720,6 +720,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
 }
 
 /// The rows at stream positions `start..start + count` of the train order (diagnostics).
+/// `n_rows`, `block_size` and `shuffle_window` must be at least 1.
 pub fn train_indices(
     n_rows: u64,
     seed: u64,
@@ -727,9 +728,18 @@ pub fn train_indices(
     shuffle_window: u64,
     start: u64,
     count: u64,
-) -> Vec<u64> {
+) -> Result<Vec<u64>> {
+    for (name, v) in [
+        ("n_rows", n_rows),
+        ("block_size", block_size),
+        ("shuffle_window", shuffle_window),
+    ] {
+        if v == 0 {
+            return Err(Error::bad_argument(name, ">= 1", 0));
+        }
+    }
     let o = Order::new(n_rows, seed, block_size, shuffle_window);
-    (start..start + count).map(|g| o.index_at(g)).collect()
+    Ok((start..start + count).map(|g| o.index_at(g)).collect())
 }
 
 #[cfg(test)]
@@ -1029,5 +1039,22 @@ mod tests {
             "{:?}",
             t.elapsed()
         );
+    }
+
+    #[test]
+    fn train_indices_rejects_zero_sizes_and_covers_every_row() {
+        for (args, name) in [
+            ((0, 1, 1), "n_rows"),
+            ((10, 0, 1), "block_size"),
+            ((10, 1, 0), "shuffle_window"),
+        ] {
+            let e = train_indices(args.0, 0, args.1, args.2, 0, 5)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(name) && e.contains(">= 1"), "{e}");
+        }
+        let mut epoch = train_indices(10, 3, 2, 4, 0, 10).unwrap();
+        epoch.sort_unstable();
+        assert_eq!(epoch, (0..10).collect::<Vec<u64>>());
     }
 }

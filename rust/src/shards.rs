@@ -399,13 +399,8 @@ impl Shard {
         Ok((Format::File, schema, batches))
     }
 
-    /// Decode record batch `bi` (zero-copy over the mapping; audio and label columns only).
-    fn decode_batch(
-        &self,
-        bi: usize,
-        label_column: Option<&str>,
-        audio_column: &str,
-    ) -> Result<DecodedBatch> {
+    /// Record batch `bi` with the columns `projection` (zero-copy over the mapping).
+    fn read_batch(&self, bi: usize, projection: &[usize]) -> Result<RecordBatch> {
         let loc = self.batches[bi];
         let b = self.buf.as_slice();
         let msg = parse_message(
@@ -417,15 +412,25 @@ impl Shard {
             .header_as_record_batch()
             .ok_or_else(|| ds_err(&self.path, format!("record batch {bi}: unreadable")))?;
         let body = self.buf.slice_with_length(loc.body_start, loc.body_len);
-        let batch = arrow_ipc::reader::read_record_batch(
+        arrow_ipc::reader::read_record_batch(
             &body,
             fb,
             self.schema.clone(),
             &HashMap::new(),
-            Some(&self.projection),
+            Some(projection),
             &msg.version(),
         )
-        .map_err(|e| ds_err(&self.path, format!("record batch {bi}: {e}")))?;
+        .map_err(|e| ds_err(&self.path, format!("record batch {bi}: {e}")))
+    }
+
+    /// Decode record batch `bi` (audio and label columns only).
+    fn decode_batch(
+        &self,
+        bi: usize,
+        label_column: Option<&str>,
+        audio_column: &str,
+    ) -> Result<DecodedBatch> {
+        let batch = self.read_batch(bi, &self.projection)?;
         DecodedBatch::new(
             &self.path,
             &batch,
@@ -441,28 +446,9 @@ impl Shard {
             .schema
             .index_of(label_column)
             .map_err(|e| ds_err(&self.path, e.to_string()))?;
-        let proj = [li];
         let mut out = Vec::with_capacity(self.n_rows as usize);
-        let b = self.buf.as_slice();
-        for (bi, loc) in self.batches.iter().enumerate() {
-            let msg = parse_message(
-                &self.path,
-                &b[loc.meta_start..loc.meta_start + loc.meta_len],
-                loc.meta_start,
-            )?;
-            let fb = msg
-                .header_as_record_batch()
-                .ok_or_else(|| ds_err(&self.path, format!("record batch {bi}: unreadable")))?;
-            let body = self.buf.slice_with_length(loc.body_start, loc.body_len);
-            let batch = arrow_ipc::reader::read_record_batch(
-                &body,
-                fb,
-                self.schema.clone(),
-                &HashMap::new(),
-                Some(&proj),
-                &msg.version(),
-            )
-            .map_err(|e| ds_err(&self.path, format!("record batch {bi}: {e}")))?;
+        for bi in 0..self.batches.len() {
+            let batch = self.read_batch(bi, &[li])?;
             out.extend(labels_as_i64(&self.path, label_column, batch.column(0))?);
         }
         Ok(out)

@@ -327,18 +327,11 @@ fn train_indices<'py>(
     start: u64,
     count: u64,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    for (name, v) in [
-        ("n_rows", n_rows),
-        ("block_size", block_size),
-        ("shuffle_window", shuffle_window),
-    ] {
-        if v == 0 {
-            return Err(to_py(Error::bad_argument(name, ">= 1", 0)));
-        }
-    }
-    let v = py.detach(|| {
-        crate::loader::train_indices(n_rows, seed, block_size, shuffle_window, start, count)
-    });
+    let v = py
+        .detach(|| {
+            crate::loader::train_indices(n_rows, seed, block_size, shuffle_window, start, count)
+        })
+        .map_err(to_py)?;
     Ok(PyArray1::from_vec(
         py,
         v.into_iter().map(|x| x as i64).collect(),
