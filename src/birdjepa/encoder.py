@@ -54,7 +54,8 @@ def restore_state(run_dir: str | pathlib.Path, *, step: int | None = None):
     ckpt_dir = pathlib.Path(run_dir) / "checkpoints"
     if not ckpt_dir.is_dir():
         raise FileNotFoundError(f"no checkpoints directory in {run_dir}")
-    with birdjepa.checkpoint.Checkpointer(ckpt_dir, every=1, keep=cfg.ckpt_keep) as ckpt:
+    with birdjepa.checkpoint.Checkpointer(ckpt_dir, every=1, keep=cfg.ckpt_keep,
+                                          read_only=True) as ckpt:  # it may be training
         restored = ckpt.restore(state, step=step)
     return restored, static, cfg
 
