@@ -19,11 +19,14 @@ $(VENV)/.built: $(VENV)/.deps $(RUST_SRC)
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH maturin develop --release --extras dev -q
 	touch $@
 
-# The demo corpus: train = 192 recordings (16 per species, 5-60 s) drawn with seed 0; eval =
+# The demo corpus: train = 576 recordings (48 per species, 5-20 s) drawn with seed 0; eval =
 # 240 other recordings (20 per species, 5-10 s: eval reads one centre crop each) of the same
 # species drawn with seed 1. Both balanced; codecs and rates are dealt independently of species.
-$(DEMO_DIR)/.done-split: $(VENV)/.built src/birdjepa/demo_data.py
-	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/train --seed 0 --overwrite
+# Many short recordings rather than few long ones: with 16 per species LeJEPA learned to tell
+# the recordings apart (docs/issues/004-demo-learning).
+$(DEMO_DIR)/.done-split: $(VENV)/.built src/birdjepa/demo_data.py Makefile
+	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/train --seed 0 --n-recordings 576 --min-s 5 \
+		--max-s 20 --overwrite
 	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/eval --seed 1 --n-recordings 240 --n-shards 2 \
 		--min-s 5 --max-s 10 --overwrite
 	touch $@
