@@ -94,7 +94,8 @@ class Config:
     init_encoder: str = ""
     """A run directory (or its checkpoints/ directory) whose latest checkpoint's encoder
     initialises this run's, e.g. linear probing of a pretrained encoder with objective
-    `probe_only`, or fine-tuning. Its `model` config must equal this one's. Empty: random
+    `probe_only`, or fine-tuning. Its `model`, `data.n_frames` and `data.n_mels` must equal
+    this one's. Empty: random
     initialisation from `seed`. A resumed run takes its encoder from its own checkpoint."""
 
 

@@ -18,12 +18,13 @@ import birdjepa.config
 import birdjepa.optim
 
 
-def abstract_state(cfg: birdjepa.config.Config, *, device=None):
-    """(abstract train state, static modules) for a finalized `cfg`: the structure, shapes,
-    dtypes and (single-device) shardings `birdjepa.pretrain.init_state` would produce."""
+def abstract_state(cfg: birdjepa.config.Config, *, device=None, sharding=None):
+    """(abstract train state, static modules) for a finalized `cfg`: the structure, shapes and
+    dtypes `birdjepa.pretrain.init_state` would produce, without computing anything; every leaf
+    on `sharding` (default: `device`, default the first device)."""
     import birdjepa.pretrain
 
-    sharding = SingleDeviceSharding(device or jax.devices()[0])
+    sharding = sharding or SingleDeviceSharding(device or jax.devices()[0])
     key = jax.eval_shape(lambda: jax.random.key(cfg.seed))
     params, static = eqx.filter_eval_shape(
         lambda k: birdjepa.pretrain.init_params(cfg, key=k), key

@@ -28,6 +28,7 @@ import birdjepa
 import birdjepa.checkpoint
 import birdjepa.config
 import birdjepa.distributed
+import birdjepa.encoder
 import birdjepa.metrics
 import birdjepa.model
 import birdjepa.objectives
@@ -256,6 +257,13 @@ def init_state(cfg: birdjepa.config.Config, mesh):
     return state, static, tx
 
 
+def _encoder_shaping(cfg_dict: dict) -> dict:
+    """The config entries the encoder's parameters depend on."""
+    data = cfg_dict.get("data") or {}
+    return {"model": cfg_dict.get("model"), "data.n_frames": data.get("n_frames"),
+            "data.n_mels": data.get("n_mels")}
+
+
 def load_encoder(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
     """`state` with its encoder replaced by the encoder in the latest checkpoint of the run
     `cfg.init_encoder` (optimiser state, heads and probe stay freshly initialised)."""
@@ -271,19 +279,15 @@ def load_encoder(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
             raise birdjepa.config.ConfigError(
                 f"init_encoder: no complete checkpoint in {ckpt_dir}")
         saved = ck.read_meta(step).get("config", {})
-        def shaping(d: dict) -> dict:  # what the encoder's parameters depend on
-            data = d.get("data") or {}
-            return {"model": d.get("model"), "data.n_frames": data.get("n_frames"),
-                    "data.n_mels": data.get("n_mels")}
-
-        diff = birdjepa.checkpoint.config_diff(shaping(saved), shaping(dataclasses.asdict(cfg)))
+        diff = birdjepa.checkpoint.config_diff(_encoder_shaping(saved),
+                                               _encoder_shaping(dataclasses.asdict(cfg)))
         if diff:
             lines = "; ".join(f"{k}: checkpoint has {a!r}, config has {b!r}" for k, a, b in diff)
             raise birdjepa.config.ConfigError(
                 f"init_encoder: {ckpt_dir} step {step} holds another model ({lines})")
         src_cfg = birdjepa.config.from_dict(birdjepa.config.Config,
                                             birdjepa.config.strip_none(saved))
-        like, _, _ = init_state(src_cfg, mesh)
+        like, _ = birdjepa.encoder.abstract_state(src_cfg, sharding=NamedSharding(mesh, P()))
         encoder = ck.restore(like, step=step).state["params"]["encoder"]
     params = {**state["params"], "encoder": encoder}
     print(f"encoder initialised from {ckpt_dir} step {step}", flush=True)
