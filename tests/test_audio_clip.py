@@ -8,10 +8,10 @@ import pytest
 import soundfile as sf
 import soxr
 
+import benchmarks.transforms
 import birdjepa
 import birdjepa._rs
 import birdjepa.audio
-import birdjepa.bench.transforms
 
 FORMATS = {
     "wav": ("WAV", "PCM_16"),
@@ -43,7 +43,7 @@ def birdsong(seconds: float, sr: int, channels: int) -> np.ndarray:
     return x.astype(np.float32)
 
 
-knf_fbank = birdjepa.bench.transforms.knf_fbank
+knf_fbank = benchmarks.transforms.knf_fbank
 
 
 def passband_bins(max_hz: float, n_mels: int = 128, sr: int = 32000) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 import io
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -90,8 +91,10 @@ def test_random_bytes_and_empty():
         birdjepa.audio.info(b"")
     with pytest.raises(birdjepa.UnsupportedCodecError):
         birdjepa.audio.decode(b"\x00" * 4096)
-    with pytest.raises(TypeError):
-        birdjepa.audio.decode("not bytes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bytes or a path"):
+        birdjepa.audio.decode(123)  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError):
+        birdjepa.audio.decode("no/such/file.ogg")  # a str is a path
 
 
 def wav_header(
@@ -138,3 +141,64 @@ def test_error_hierarchy():
     assert issubclass(birdjepa.AudioError, ValueError)
     for name in ("UnsupportedCodecError", "CorruptAudioError", "EmptyAudioError"):
         assert issubclass(getattr(birdjepa, name), birdjepa.AudioError)
+
+
+def float_wav(x: np.ndarray, sr: int = 44100, subtype: str = "FLOAT") -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, np.asarray(x), sr, subtype=subtype, format="WAV")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("bad", [3e38, -3e38, 1e20, 1e10, 65537.0])
+def test_huge_float_samples_are_corrupt_audio_naming_the_frame(bad):
+    """One flipped exponent bit turns 0.3 into ~1e38. That made the resampler output NaN (then
+    'BadArgumentError: ... wave', fatal to the loader), made rubato panic (a PanicException,
+    which `except Exception` misses), or gave +inf features (1e20)."""
+    x = (0.3 * np.random.default_rng(0).standard_normal(44100 * 3)).astype(np.float32)
+    x[50_000] = bad
+    data = float_wav(x)
+    expected = r"expected samples with \|x\| <= 65536, got .* at frame 50000"
+    with pytest.raises(birdjepa.CorruptAudioError, match=expected):
+        birdjepa.audio.decode(data)
+    with pytest.raises(birdjepa.CorruptAudioError, match=expected):
+        birdjepa.audio.clip(data)
+    x[1000:1100] = bad  # the run that made rubato panic
+    with pytest.raises(birdjepa.CorruptAudioError, match="at frame 1000"):
+        birdjepa.audio.clip(float_wav(x))
+    with pytest.raises(birdjepa.CorruptAudioError, match="resampler input: .* at index 1000"):
+        birdjepa.audio.resample(x, 48000, 32000)
+    with pytest.raises(birdjepa.BadArgumentError, match=r"\|x\| <= 65536"):
+        birdjepa.audio.fbank(x)
+    # The resampler cached for this rate still works afterwards.
+    y = birdjepa.audio.resample(np.ones(4800, np.float32), 48000, 32000)
+    assert np.isfinite(y).all()
+
+
+def test_float_wav_at_int16_scale_is_accepted_with_finite_features():
+    x = (30000 * np.sin(np.arange(44100 * 2) * 0.05)).astype(np.float32)
+    feats = birdjepa.audio.clip(float_wav(x), duration_s=2.0)
+    assert np.isfinite(feats).all()
+    x64 = x.astype(np.float64)
+    x64[100] = 1e300  # float64 WAV: beyond float32
+    with pytest.raises(birdjepa.CorruptAudioError, match="at frame 100"):
+        birdjepa.audio.clip(float_wav(x64, subtype="DOUBLE"), duration_s=2.0)
+
+
+@pytest.mark.parametrize("sr", [1, 2, 999])
+def test_tiny_sample_rate_header_is_rejected_fast_without_memory(sr):
+    """A 1-2 Hz header made clip() build a huge FFT resampler: 4.7 s and 1.5 GB, kept after."""
+    data = wav_header(sr, n_bytes=20000) + b"\x01\x00" * 10000
+    with open("/proc/self/status") as f:
+        hwm0 = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+    t = time.perf_counter()
+    expected = rf"expected a sample rate in \[1000, 768000\] Hz, got {sr}$"
+    with pytest.raises(birdjepa.CorruptAudioError, match=expected):
+        birdjepa.audio.clip(data)
+    with pytest.raises(birdjepa.CorruptAudioError, match=expected):
+        birdjepa.audio.decode(data)
+    assert time.perf_counter() - t < 0.5
+    with open("/proc/self/status") as f:
+        hwm1 = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+    assert (hwm1 - hwm0) / 1024 < 100
+    with pytest.raises(birdjepa.BadArgumentError, match=r"\[1000, 768000\] Hz, got 2"):
+        birdjepa.audio.resample(np.zeros(100, np.float32), 2, 32000)

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+import benchmarks.transforms
 import birdjepa
 import birdjepa.audio
-import birdjepa.bench.transforms
 
 SR = 32000
 # kaldi-native-fbank computes in float32: cells this far (in natural-log units, ~60 dB) below
@@ -14,7 +14,7 @@ SR = 32000
 FLOOR_NATS = 13.8
 
 
-knf_fbank = birdjepa.bench.transforms.knf_fbank
+knf_fbank = benchmarks.transforms.knf_fbank
 
 
 def signals() -> dict[str, np.ndarray]:

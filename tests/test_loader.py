@@ -30,7 +30,7 @@ def corrupt_shards(tmp_path_factory):
 
 def take(shards, n, **kw):
     kw = {**SMALL, "batch_size": 16, "seed": 3, **kw}
-    with birdjepa.data.Loader(shards, **kw) as loader:
+    with birdjepa.data._DebugLoader(shards, **kw) as loader:
         return [b for _, b in zip(range(n), loader, strict=False)]
 
 
@@ -108,7 +108,7 @@ def test_processes_union_to_global_batch(corrupt_shards, mode):
 
 
 def test_eval_passes(shards):
-    with birdjepa.data.Loader(shards, mode="eval", batch_size=32, n_workers=3, **SMALL) as ev:
+    with birdjepa.data._DebugLoader(shards, mode="eval", batch_size=32, n_workers=3, **SMALL) as ev:
         assert len(ev) == 25 and ev.n_samples == N
         one = list(ev)
         two = list(ev)  # a new pass
@@ -147,7 +147,7 @@ def test_formats_directory_and_datasets(tmp_path, shards):
     assert_same(got, ref)
     for view in (hf.select([5, 1, 2]), hf.select(range(10))):  # indices mapping; a slice
         with pytest.raises(birdjepa.BadArgumentError, match="flatten_indices"):
-            birdjepa.data.Loader(view, batch_size=4, transform="debug")
+            birdjepa.data._DebugLoader(view, batch_size=4, transform="debug")
 
 
 def test_shuffle_quality_on_label_sorted_corpus(tmp_path):

@@ -22,7 +22,7 @@ def shards(tmp_path_factory):
 
 
 def stream(shards, n, state=None, **kw):
-    with birdjepa.data.Loader(shards, state=state, **{**SMALL, **kw}) as loader:
+    with birdjepa.data._DebugLoader(shards, state=state, **{**SMALL, **kw}) as loader:
         return [b for _, b in zip(range(n), loader, strict=False)]
 
 
@@ -40,7 +40,7 @@ def test_split_and_resume_reproduces_the_stream(shards, n_views):
     ref = stream(shards, total, n_views=n_views, n_workers=2)
     rng = random.Random(n_views)
     for split in sorted(rng.sample(range(1, total), 6)) + [48, 49]:
-        with birdjepa.data.Loader(shards, n_views=n_views, n_workers=3, **SMALL) as loader:
+        with birdjepa.data._DebugLoader(shards, n_views=n_views, n_workers=3, **SMALL) as loader:
             head = [b for _, b in zip(range(split), loader, strict=False)]
             state = json.loads(json.dumps(loader.state_dict()))  # through JSON, like a checkpoint
         assert state["step"] == split
@@ -52,17 +52,17 @@ def test_split_and_resume_reproduces_the_stream(shards, n_views):
 def test_eval_resume_mid_pass(shards):
     ref = stream(shards, 100, mode="eval", batch_size=32)
     assert len(ref) == 25
-    with birdjepa.data.Loader(shards, mode="eval", **{**SMALL, "batch_size": 32}) as ev:
+    with birdjepa.data._DebugLoader(shards, mode="eval", **{**SMALL, "batch_size": 32}) as ev:
         head = [b for _, b in zip(range(10), ev, strict=False)]
         state = ev.state_dict()
-    with birdjepa.data.Loader(shards, mode="eval", state=state, **{**SMALL, "batch_size": 32}) as ev:
+    with birdjepa.data._DebugLoader(shards, mode="eval", state=state, **{**SMALL, "batch_size": 32}) as ev:
         tail = list(ev)  # finishes the interrupted pass
         same(ref, head + tail)
         same(ref, list(ev))  # then the next iter() is a whole new pass
 
 
 def test_state_is_small_and_counts_only_yielded_batches(shards):
-    with birdjepa.data.Loader(shards, prefetch=4, **SMALL) as loader:
+    with birdjepa.data._DebugLoader(shards, prefetch=4, **SMALL) as loader:
         it = iter(loader)
         next(it)
         next(it)
@@ -75,25 +75,25 @@ def test_state_is_small_and_counts_only_yielded_batches(shards):
 
 
 def test_state_mismatch_names_the_field(shards):
-    with birdjepa.data.Loader(shards, **SMALL) as loader:
+    with birdjepa.data._DebugLoader(shards, **SMALL) as loader:
         next(iter(loader))
         state = loader.state_dict()
     with pytest.raises(birdjepa.StateMismatchError, match="seed: state has 5, loader has 6"):
-        birdjepa.data.Loader(shards, state=state, **{**SMALL, "seed": 6})
+        birdjepa.data._DebugLoader(shards, state=state, **{**SMALL, "seed": 6})
     with pytest.raises(birdjepa.StateMismatchError, match="batch_size: state has 16, loader has 32"):
-        birdjepa.data.Loader(shards, state=state, **{**SMALL, "batch_size": 32})
+        birdjepa.data._DebugLoader(shards, state=state, **{**SMALL, "batch_size": 32})
     with pytest.raises(birdjepa.StateMismatchError, match="n_rows: state has 777, loader has 500"):
-        birdjepa.data.Loader(shards[:2], state=state, **SMALL)
+        birdjepa.data._DebugLoader(shards[:2], state=state, **SMALL)
     with pytest.raises(birdjepa.StateMismatchError, match="version"):
-        birdjepa.data.Loader(shards, state={"step": 3}, **SMALL)
+        birdjepa.data._DebugLoader(shards, state={"step": 3}, **SMALL)
     # Worker count and process layout are not part of the stream: the state fits.
-    birdjepa.data.Loader(shards, state=state, n_workers=5, **SMALL).close()
-    birdjepa.data.Loader(shards, state=state, process_count=2, process_index=1, **SMALL).close()
+    birdjepa.data._DebugLoader(shards, state=state, n_workers=5, **SMALL).close()
+    birdjepa.data._DebugLoader(shards, state=state, process_count=2, process_index=1, **SMALL).close()
 
 
 def test_skips_are_deterministic_and_logged_once(shards):
     with pytest.warns(RuntimeWarning) as rec:
-        with birdjepa.data.Loader(shards, n_workers=4, **SMALL) as loader:
+        with birdjepa.data._DebugLoader(shards, n_workers=4, **SMALL) as loader:
             a = [b for _, b in zip(range(150), loader, strict=False)]
             stats = loader.stats()
     msgs = [str(w.message) for w in rec if "skipped sample" in str(w.message)]

@@ -1,6 +1,10 @@
 //! A whole clip: windowed decode -> cached resample -> Kaldi fbank. The loader's unit of work.
 
-use crate::decode::{seconds_to_frames, Source, MAX_SAMPLE_RATE};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::decode::{
+    first_bad_sample, panic_message, seconds_to_frames, Source, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE,
+};
 use crate::error::{Error, Result};
 use crate::fbank::{Fbank, FbankConfig};
 use crate::resample::ResamplerCache;
@@ -104,10 +108,10 @@ impl ClipWorker {
     }
 
     fn check(mut cfg: ClipConfig) -> Result<ClipConfig> {
-        if cfg.sample_rate == 0 || cfg.sample_rate > MAX_SAMPLE_RATE {
+        if !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&cfg.sample_rate) {
             return Err(Error::bad_argument(
                 "sample_rate",
-                format!("1..={MAX_SAMPLE_RATE} Hz"),
+                format!("a sample rate in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz"),
                 cfg.sample_rate,
             ));
         }
@@ -192,14 +196,52 @@ impl ClipWorker {
     }
 
     /// The whole clip: windowed decode -> cached resample -> fbank.
+    ///
+    /// Whatever the bytes, the result is features that are all finite or an error about this
+    /// recording (`CorruptData` and friends, which the loader skips and counts), never a panic:
+    /// a panic anywhere in the clip becomes `CorruptData` naming its message (and the resamplers,
+    /// whose state it may have left half-updated, are rebuilt on next use).
     pub fn clip(&mut self, data: &[u8], crop: Crop) -> Result<Features> {
+        match catch_unwind(AssertUnwindSafe(|| self.clip_inner(data, crop))) {
+            Ok(r) => r,
+            Err(payload) => {
+                self.resamplers = ResamplerCache::new();
+                Err(Error::corrupt(format!(
+                    "audio transform panicked: {}",
+                    panic_message(&*payload)
+                )))
+            }
+        }
+    }
+
+    fn clip_inner(&mut self, data: &[u8], crop: Crop) -> Result<Features> {
         let (_, seeked) = self.wave(data, crop)?;
         let mut feats = Features {
             n_mels: self.fbank.n_mels(),
             seeked,
             ..Default::default()
         };
-        feats.n_frames = self.fbank.compute_into(&self.wave, &mut feats.data)?;
+        // The wave comes from the recording, not from a caller: a bad sample in it is the
+        // recording's fault (decode bounds samples, so this is a safety net).
+        feats.n_frames = self
+            .fbank
+            .compute_into(&self.wave, &mut feats.data)
+            .map_err(|e| match e {
+                Error::BadArgument {
+                    name: "wave",
+                    expected,
+                    actual,
+                } => Error::corrupt(format!("resampled wave: expected {expected}, got {actual}")),
+                e => e,
+            })?;
+        if let Some(i) = first_bad_sample(&feats.data, f32::MAX) {
+            return Err(Error::corrupt(format!(
+                "features: expected finite values, got {} at frame {}, mel bin {}",
+                feats.data[i],
+                i / feats.n_mels.max(1),
+                i % feats.n_mels.max(1)
+            )));
+        }
         Ok(feats)
     }
 }
@@ -290,9 +332,65 @@ mod tests {
         ));
         assert!(w.apply(&[1, 2, 3], Crop::Start(0.0)).is_err());
         assert!(ClipWorker::new(ClipConfig {
+            sample_rate: 999,
+            ..Default::default()
+        })
+        .is_err());
+        assert!(ClipWorker::new(ClipConfig {
             duration_s: 0.0,
             ..Default::default()
         })
         .is_err());
+    }
+
+    /// A corrupt float WAV (one exponent bit flip gives ~3e38; 1e20 used to give +inf features)
+    /// is `CorruptData` naming the frame, never NaN/inf features or a panic; the worker keeps
+    /// working after it.
+    #[test]
+    fn corrupt_float_samples_are_corrupt_data() {
+        let mut w = ClipWorker::new(ClipConfig::default()).unwrap();
+        let x = tone(44100 * 6, 44100, 1000.0);
+        let good = w
+            .apply(&wav_bytes(&x, 1, 44100, 32, true), Crop::Start(0.0))
+            .unwrap();
+        for (v, run) in [(3e38f32, 100usize), (-3e38, 1), (1e20, 1), (f32::NAN, 1)] {
+            let mut y = x.clone();
+            y[44100..44100 + run].fill(v);
+            let bytes = wav_bytes(&y, 1, 44100, 32, true);
+            match w.apply(&bytes, Crop::Start(0.0)) {
+                Err(Error::CorruptData { detail }) => {
+                    assert!(detail.contains("at frame 44100"), "{v}: {detail}")
+                }
+                other => panic!("{v}: {other:?}"),
+            }
+            // A window that does not reach the bad sample is fine.
+            assert!(w.apply(&bytes, Crop::Start(1.5)).is_ok());
+        }
+        let again = w
+            .apply(&wav_bytes(&x, 1, 44100, 32, true), Crop::Start(0.0))
+            .unwrap();
+        assert_eq!(again.data, good.data);
+    }
+
+    /// A header declaring 1-2 Hz made the resampler build a ~65M-point FFT (4.7 s, 1.5 GB kept
+    /// in the cache); now it is rejected before any resampler is built.
+    #[test]
+    fn tiny_declared_rates_are_rejected_before_resampling() {
+        let mut w = ClipWorker::new(ClipConfig::default()).unwrap();
+        for sr in [1u32, 2, 999] {
+            let bytes = wav_bytes(&tone(4000, 8000, 100.0), 1, sr, 32, true);
+            let t = std::time::Instant::now();
+            match w.apply(&bytes, Crop::Fraction(0.5)) {
+                Err(Error::CorruptData { detail }) => assert!(
+                    detail.ends_with(&format!(
+                        "expected a sample rate in [1000, 768000] Hz, got {sr}"
+                    )),
+                    "{detail}"
+                ),
+                other => panic!("{sr}: {other:?}"),
+            }
+            assert!(t.elapsed().as_secs_f64() < 0.1);
+        }
+        assert_eq!(w.resamplers_built(), 0);
     }
 }

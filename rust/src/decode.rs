@@ -23,8 +23,72 @@ use symphonia::core::units::Timestamp;
 
 use crate::error::{Error, Result};
 
+/// The lowest sample rate we accept from a container (or as a resampling rate). Nothing real is
+/// recorded below 1 kHz (even infrasound recorders use 1 kHz or more), and a header declaring
+/// 1-2 Hz (one flipped bit) made the resampler to 32 kHz build a ~65M-point FFT: 4.7 s and 1.5 GB
+/// per clip, kept in the resampler cache. At 1 kHz the ratio to any target is at most 768.
+pub const MIN_SAMPLE_RATE: u32 = 1_000;
 /// The highest sample rate we accept from a container (or as an argument elsewhere).
 pub const MAX_SAMPLE_RATE: u32 = 768_000;
+/// The most channels we accept from a container (large microphone arrays stay well below).
+pub const MAX_CHANNELS: usize = 256;
+/// The largest |sample| we accept from a decoder; larger (or non-finite) samples make the
+/// recording `CorruptData`, which the loader skips and counts like any other bad recording.
+///
+/// Why 2^16, and why reject rather than clip: decoded audio is nominally within [-1, 1]. Integer
+/// PCM cannot leave it and lossy decoders overshoot by a few dB at most, but float PCM legitimately
+/// may: some tools write float WAV at int16 scale (up to +-32768), so the bound admits that with
+/// 2x headroom. One flipped exponent bit turns 0.3 into ~1e38 or ~1e19; such a recording is
+/// corrupt, and clipping it to a bound would silently feed garbage (full-scale clicks) to training
+/// instead of counting it. Numerically, with |x| <= 2^16 every later stage stays finite by a wide
+/// margin: the resampler's output is bounded by 2^16 times its filter's L1 norm (a few), and a
+/// fbank power bin by (2^16 * 2 * 2^20)^2 * 2^19 ~ 1e28 even at the largest allowed frame
+/// (f32 overflows at 3.4e38). Before this bound, 1e20 gave +inf features and 3e38 gave NaN in the
+/// resampler or a panic inside rubato.
+pub const MAX_ABS_SAMPLE: f32 = 65_536.0;
+
+/// NaN, infinite, or |v| > bound.
+#[inline(always)]
+fn out_of_range(v: f32, bound: f32) -> bool {
+    v.abs() > bound || v.is_nan()
+}
+
+/// Index of the first sample that is non-finite or has |x| > `bound`. Branch-free per chunk so
+/// that the common (all good) case vectorises.
+pub fn first_bad_sample(x: &[f32], bound: f32) -> Option<usize> {
+    const CHUNK: usize = 256;
+    for (k, c) in x.chunks(CHUNK).enumerate() {
+        if c.iter().fold(false, |acc, &v| acc | out_of_range(v, bound)) {
+            return c
+                .iter()
+                .position(|&v| out_of_range(v, bound))
+                .map(|i| k * CHUNK + i);
+        }
+    }
+    None
+}
+
+/// `CorruptData` for a sample out of range, naming where it is: `what`, then e.g. "frame 8320".
+pub fn bad_sample_error(what: &str, at: impl std::fmt::Display, v: f32) -> Error {
+    if v.is_finite() {
+        Error::corrupt(format!(
+            "{what}: expected samples with |x| <= {MAX_ABS_SAMPLE}, got {v:e} at {at}"
+        ))
+    } else {
+        Error::corrupt(format!(
+            "{what}: expected finite samples, got a non-finite sample ({v}) at {at}"
+        ))
+    }
+}
+
+/// The text of a caught panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
 
 /// What the container header says about a recording.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,14 +118,10 @@ pub struct Decoded {
 fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::corrupt(format!("decoder panicked: {msg}")))
-        }
+        Err(payload) => Err(Error::corrupt(format!(
+            "decoder panicked: {}",
+            panic_message(&*payload)
+        ))),
     }
 }
 
@@ -145,15 +205,16 @@ impl<'a> Source<'a> {
         let sample_rate = params
             .sample_rate
             .ok_or_else(|| Error::corrupt(format!("{container}: no sample rate")))?;
-        if sample_rate == 0 || sample_rate > MAX_SAMPLE_RATE {
+        if !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&sample_rate) {
             return Err(Error::corrupt(format!(
-                "{container}: absurd sample rate {sample_rate} Hz (expected 1..={MAX_SAMPLE_RATE})"
+                "{container}: expected a sample rate in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz, \
+                 got {sample_rate}"
             )));
         }
         let channels = params.channels.as_ref().map(|c| c.count()).unwrap_or(0);
-        if channels == 0 || channels > 256 {
+        if !(1..=MAX_CHANNELS).contains(&channels) {
             return Err(Error::corrupt(format!(
-                "{container}: bad channel count {channels}"
+                "{container}: expected 1 to {MAX_CHANNELS} channels, got {channels}"
             )));
         }
         // MP3: the first frame after a seek lacks its IMDCT overlap; decode two frames early.
@@ -234,12 +295,12 @@ impl<'a> Source<'a> {
                 detail: format!("no samples decoded from frame {start}"),
             });
         }
-        if let Some(bad) = samples.iter().position(|x| !x.is_finite()) {
-            return Err(Error::corrupt(format!(
-                "non-finite sample ({}) at frame {}",
+        if let Some(bad) = first_bad_sample(&samples, MAX_ABS_SAMPLE) {
+            return Err(bad_sample_error(
+                &format!("{} decode", self.info.codec),
+                format_args!("frame {}", start + bad as u64),
                 samples[bad],
-                start + bad as u64
-            )));
+            ));
         }
         Ok(Decoded {
             samples,
@@ -284,7 +345,9 @@ impl<'a> Source<'a> {
                 .map(|n| n.saturating_sub(start) as usize)
                 .unwrap_or(0),
         );
-        let mut out: Vec<f32> = Vec::with_capacity(cap.min(1 << 28));
+        // The declared length only sizes the first reservation (a lying header must not reserve
+        // gigabytes); the vector grows with what is actually decoded.
+        let mut out: Vec<f32> = Vec::with_capacity(cap.min(1 << 22));
         let channels = self.info.channels;
         let inv = 1.0 / channels as f32;
         // Timestamp (relative to the track start) of the next decoded frame; anchored on the first
@@ -534,9 +597,94 @@ pub(crate) mod tests {
     #[test]
     fn absurd_sample_rates_are_rejected() {
         let x = tone(1000, 8000, 100.0, 0.5);
-        for sr in [0u32, 1_000_000] {
-            let r = decode(&wav_bytes(&x, 1, sr, 16, false));
-            assert!(r.is_err(), "sr {sr} accepted");
+        for sr in [0u32, 1, 2, 999, 768_001, 1_000_000] {
+            let t = std::time::Instant::now();
+            match decode(&wav_bytes(&x, 1, sr, 16, false)) {
+                Err(Error::CorruptData { detail }) => assert!(
+                    detail.ends_with(&format!(
+                        "expected a sample rate in [1000, 768000] Hz, got {sr}"
+                    )),
+                    "{detail}"
+                ),
+                other => panic!("sr {sr}: {other:?}"),
+            }
+            assert!(
+                t.elapsed().as_secs_f64() < 0.1,
+                "sr {sr}: {:?}",
+                t.elapsed()
+            );
+        }
+        for sr in [1000u32, 768_000] {
+            assert_eq!(
+                decode(&wav_bytes(&x, 1, sr, 16, false))
+                    .unwrap()
+                    .sample_rate,
+                sr
+            );
+        }
+    }
+
+    /// One flipped exponent bit turns 0.3 into ~1e38: a float WAV with a huge (or non-finite)
+    /// sample is corrupt, naming the frame; int16-scale float WAVs (|x| <= 32768) are fine.
+    #[test]
+    fn huge_float_samples_are_corrupt_naming_the_frame() {
+        let x = tone(2000, 8000, 100.0, 0.5);
+        for (v, bits) in [
+            (3e38f64, 32u16),
+            (-3e38, 32),
+            (1e20, 32),
+            (65537.0, 32),
+            (1e300, 64),
+            (f64::NAN, 32),
+            (f64::INFINITY, 64),
+        ] {
+            let mut y = x.clone();
+            y[1234] = v as f32;
+            let bytes = if bits == 64 {
+                // wav_bytes writes f64 from f32: patch the exact f64 in.
+                let mut b = wav_bytes(&y, 1, 8000, 64, true);
+                b[44 + 1234 * 8..44 + 1235 * 8].copy_from_slice(&v.to_le_bytes());
+                b
+            } else {
+                wav_bytes(&y, 1, 8000, 32, true)
+            };
+            match decode(&bytes) {
+                Err(Error::CorruptData { detail }) => {
+                    assert!(detail.contains("at frame 1234"), "{v}: {detail}");
+                    assert!(
+                        detail.contains("expected finite samples")
+                            || detail.contains("expected samples with |x| <= 65536"),
+                        "{detail}"
+                    );
+                }
+                other => panic!("{v}: {other:?}"),
+            }
+            let w = decode_window(&bytes, 0.1, Some(0.1));
+            assert!(matches!(w, Err(Error::CorruptData { .. })), "{v}: {w:?}");
+        }
+        let scaled: Vec<f32> = x.iter().map(|v| v * 65536.0).collect();
+        let d = decode(&wav_bytes(&scaled, 1, 8000, 32, true)).unwrap();
+        assert_eq!(d.samples, scaled);
+    }
+
+    #[test]
+    fn first_bad_sample_finds_the_first() {
+        let mut x = vec![0.5f32; 1000];
+        assert_eq!(first_bad_sample(&x, 1.0), None);
+        x[700] = f32::NAN;
+        x[900] = 2.0;
+        assert_eq!(first_bad_sample(&x, 1.0), Some(700));
+        x[3] = -1.5;
+        assert_eq!(first_bad_sample(&x, 1.0), Some(3));
+        assert_eq!(first_bad_sample(&[], 1.0), None);
+    }
+
+    #[test]
+    fn absurd_channel_counts_are_rejected() {
+        let mut b = wav_bytes(&[0.1; 1000], 1, 8000, 16, false);
+        for ch in [0u16, 257, 65535] {
+            b[22..24].copy_from_slice(&ch.to_le_bytes());
+            assert!(decode(&b).is_err(), "{ch} channels accepted");
         }
     }
 

@@ -23,9 +23,29 @@ pub enum Error {
     /// A dataset shard is unreadable or lacks what we need; names the file (and column).
     #[error("{path}: {detail}")]
     Dataset { path: String, detail: String },
+    /// A shard changed (truncated, overwritten) after it was opened: the loader stops, since the
+    /// stream was defined over the old contents.
+    #[error(
+        "{path}: the shard changed under the loader ({detail}); re-create the Loader (or the \
+             Dataset) once the file is complete"
+    )]
+    ShardChanged { path: String, detail: String },
+    /// Too many of the recent samples failed (see `LoaderConfig::max_failure_fraction`).
+    #[error("too many failed samples: {detail}")]
+    TooManyFailures { detail: String },
     /// A loader state does not match the loader it is restored into.
     #[error("loader state mismatch: {detail}")]
     StateMismatch { detail: String },
+    /// The loader pipeline stopped: an earlier error, or one of its threads died.
+    #[error("loader pipeline: {reason}")]
+    Pipeline { reason: String },
+    /// The operating system refused to start a pipeline thread.
+    #[error("cannot start thread {name}: {source}")]
+    Thread {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// Operating-system I/O failure on a named file.
     #[error("{path}: {source}")]
     Io {
@@ -45,6 +65,27 @@ impl Error {
             name,
             expected: expected.to_string(),
             actual: actual.to_string(),
+        }
+    }
+    /// A short name of the variant, to count errors by kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::UnsupportedCodec { .. } => "unsupported codec",
+            Error::CorruptData { .. } => "corrupt audio",
+            Error::EmptyAudio { .. } => "empty audio",
+            Error::BadArgument { .. } => "bad argument",
+            Error::Dataset { .. } => "unreadable row",
+            Error::ShardChanged { .. } => "shard changed",
+            Error::TooManyFailures { .. } => "too many failures",
+            Error::StateMismatch { .. } => "state mismatch",
+            Error::Pipeline { .. } => "pipeline",
+            Error::Thread { .. } => "thread",
+            Error::Io { .. } => "I/O error",
+        }
+    }
+    pub fn pipeline(reason: impl Into<String>) -> Self {
+        Error::Pipeline {
+            reason: reason.into(),
         }
     }
     pub fn corrupt(detail: impl Into<String>) -> Self {

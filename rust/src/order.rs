@@ -213,10 +213,6 @@ impl Order {
         let perm = Feistel::new(win_len, hash_words(&[self.seed, epoch, win, TAG_WINDOW]));
         self.block_stage(epoch, win_start + perm.apply(p - win_start))
     }
-
-    pub fn epoch_of(&self, g: u64) -> u64 {
-        g / self.n
-    }
 }
 
 /// The crop fraction in [0, 1) of view `view` of row `index` in epoch `epoch`.

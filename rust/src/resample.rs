@@ -11,6 +11,7 @@
 //! `round(n * dst / src)` samples.
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rubato::audioadapter_buffers::direct::SequentialSlice;
 use rubato::{
@@ -18,7 +19,10 @@ use rubato::{
     WindowFunction,
 };
 
-use crate::decode::MAX_SAMPLE_RATE;
+use crate::decode::{
+    bad_sample_error, first_bad_sample, panic_message, MAX_ABS_SAMPLE, MAX_SAMPLE_RATE,
+    MIN_SAMPLE_RATE,
+};
 use crate::error::{Error, Result};
 
 /// Target length of the FFT resampler's input block (its sinc filter length).
@@ -27,6 +31,9 @@ const FFT_TAPS: usize = 1024;
 const MAX_FFT_BLOCK: usize = 1 << 16;
 /// Sinc filter length of the asynchronous fallback.
 const SINC_LEN: usize = 256;
+/// Most resamplers a `ResamplerCache` keeps. A real corpus has a handful of rates; a corrupt one
+/// can declare any rate in range, and each resampler holds FFT plans and buffers (up to a few MB).
+pub const MAX_CACHED: usize = 32;
 
 /// Which rubato resampler a `Resampler` uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,10 +81,10 @@ fn fft_chunk(src: u32, dst: u32) -> usize {
 }
 
 fn check_rate(name: &'static str, sr: u32) -> Result<()> {
-    if sr == 0 || sr > MAX_SAMPLE_RATE {
+    if !(MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&sr) {
         return Err(Error::bad_argument(
             name,
-            format!("a sample rate in 1..={MAX_SAMPLE_RATE} Hz"),
+            format!("a sample rate in [{MIN_SAMPLE_RATE}, {MAX_SAMPLE_RATE}] Hz"),
             sr,
         ));
     }
@@ -214,10 +221,19 @@ impl Resampler {
         Ok(out)
     }
 
-    /// Like `process`, writing into `out` (cleared first).
+    /// Like `process`, writing into `out` (cleared first). Samples must be finite with
+    /// |x| <= `MAX_ABS_SAMPLE` (`CorruptData` naming the first bad one otherwise): rubato turns
+    /// ~1e38 into NaN, or panics on it.
     pub fn process_into(&mut self, x: &[f32], out: &mut Vec<f32>) -> Result<()> {
         let want = output_len(x.len(), self.src, self.dst);
         out.clear();
+        if let Some(i) = first_bad_sample(x, MAX_ABS_SAMPLE) {
+            return Err(bad_sample_error(
+                "resampler input",
+                format_args!("index {i}"),
+                x[i],
+            ));
+        }
         let Some(r) = self.inner.as_mut() else {
             out.extend_from_slice(x);
             return Ok(());
@@ -241,9 +257,19 @@ impl Resampler {
         let input = SequentialSlice::new(x, 1, x.len()).expect("slice holds its own length");
         let mut output =
             SequentialSlice::new_mut(&mut self.buf[..], 1, needed).expect("sized above");
-        let (_, produced) = r
-            .process_all_into_buffer(&input, &mut output, x.len(), None)
-            .map_err(failed)?;
+        // Inputs are validated above; a panic left in rubato is still one sample's error, not the
+        // process's. The resampler is rebuilt after one (its state is unknown).
+        let res = catch_unwind(AssertUnwindSafe(|| {
+            r.process_all_into_buffer(&input, &mut output, x.len(), None)
+        }));
+        let (_, produced) = match res {
+            Ok(r) => r.map_err(failed)?,
+            Err(payload) => {
+                let msg = panic_message(&*payload);
+                *self = Self::with_kind(self.src, self.dst, self.kind)?;
+                return Err(Error::corrupt(format!("resampler panicked: {msg}")));
+            }
+        };
         let produced = produced.min(needed);
         let a = self.skip.min(produced);
         out.extend_from_slice(&self.buf[a..produced.min(a + want)]);
@@ -252,10 +278,13 @@ impl Resampler {
     }
 }
 
-/// Resamplers keyed by (src, dst), built on first use. One per worker thread.
+/// Resamplers keyed by (src, dst), built on first use. One per worker thread. Holds at most
+/// `MAX_CACHED`; beyond, the least recently used is dropped.
 #[derive(Debug, Default)]
 pub struct ResamplerCache {
-    map: HashMap<(u32, u32), Resampler>,
+    /// Each resampler with the tick of its last use.
+    map: HashMap<(u32, u32), (Resampler, u64)>,
+    tick: u64,
 }
 
 impl ResamplerCache {
@@ -264,11 +293,25 @@ impl ResamplerCache {
     }
 
     pub fn get(&mut self, src: u32, dst: u32) -> Result<&mut Resampler> {
-        use std::collections::hash_map::Entry;
-        match self.map.entry((src, dst)) {
-            Entry::Occupied(e) => Ok(e.into_mut()),
-            Entry::Vacant(e) => Ok(e.insert(Resampler::new(src, dst)?)),
+        self.tick += 1;
+        let key = (src, dst);
+        if !self.map.contains_key(&key) {
+            let r = Resampler::new(src, dst)?;
+            if self.map.len() >= MAX_CACHED {
+                let oldest = self
+                    .map
+                    .iter()
+                    .min_by_key(|(_, (_, t))| *t)
+                    .map(|(k, _)| *k);
+                if let Some(k) = oldest {
+                    self.map.remove(&k);
+                }
+            }
+            self.map.insert(key, (r, 0));
         }
+        let entry = self.map.get_mut(&key).expect("inserted above");
+        entry.1 = self.tick;
+        Ok(&mut entry.0)
     }
 
     /// Number of resamplers built so far.
@@ -404,10 +447,63 @@ mod tests {
         assert_eq!(c.get(44101, 32000).unwrap().kind(), Kind::Fft);
         assert_eq!(c.get(700_001, 32000).unwrap().kind(), Kind::Sinc);
         assert!(matches!(c.get(0, 32000), Err(Error::BadArgument { .. })));
+        for sr in [1u32, 2, 999] {
+            match c.get(sr, 32000) {
+                Err(e @ Error::BadArgument { .. }) => assert!(
+                    e.to_string()
+                        .ends_with(&format!("in [1000, 768000] Hz, got {sr}")),
+                    "{e}"
+                ),
+                other => panic!("{sr}: {other:?}"),
+            }
+        }
         assert!(matches!(
             c.get(44100, 800_000),
             Err(Error::BadArgument { .. })
         ));
+    }
+
+    /// ~1e38 made rubato's FFT resampler panic ("Imaginary part of first value was non-zero") or
+    /// output NaN; now it is `CorruptData` naming the index, and the resampler still works after.
+    #[test]
+    fn huge_or_non_finite_input_is_corrupt_not_a_panic() {
+        for kind in [Kind::Fft, Kind::Sinc] {
+            let mut r = Resampler::with_kind(48000, 32000, kind).unwrap();
+            let good = sine(48000, 48000.0, 1000.0);
+            let want = r.process(&good).unwrap();
+            for (v, run) in [
+                (3e38f32, 100usize),
+                (-3e38, 1),
+                (1e20, 1),
+                (f32::NAN, 1),
+                (f32::NEG_INFINITY, 3),
+            ] {
+                let mut x = good.clone();
+                x[1000..1000 + run].fill(v);
+                match r.process(&x) {
+                    Err(Error::CorruptData { detail }) => {
+                        assert!(detail.contains("at index 1000"), "{detail}")
+                    }
+                    other => panic!("{kind:?} {v}: {other:?}"),
+                }
+            }
+            assert_eq!(r.process(&good).unwrap(), want);
+            let y = r.process(&vec![65536.0; 4800]).unwrap();
+            assert!(y.iter().all(|v| v.is_finite()));
+        }
+    }
+
+    #[test]
+    fn cache_is_bounded_and_keeps_recent_pairs() {
+        let mut c = ResamplerCache::new();
+        for i in 0..3 * MAX_CACHED as u32 {
+            c.get(44100, 32000).unwrap();
+            c.get(1000 + 7 * i, 32000).unwrap();
+            assert!(c.len() <= MAX_CACHED);
+        }
+        assert_eq!(c.len(), MAX_CACHED);
+        // The pair used on every step survived every eviction.
+        assert!(c.map.contains_key(&(44100, 32000)));
     }
 
     #[test]

@@ -7,13 +7,21 @@ import numpy.typing as npt
 
 __version__: str
 
-class AudioError(ValueError): ...
+# --- exceptions (rust/src/python/exceptions.rs); the core's variants map in python/mod.rs ---
+
+class Error(Exception): ...
+class AudioError(Error, ValueError): ...
 class UnsupportedCodecError(AudioError): ...
 class CorruptAudioError(AudioError): ...
 class EmptyAudioError(AudioError): ...
-class BadArgumentError(ValueError): ...
-class DatasetError(ValueError): ...
-class StateMismatchError(ValueError): ...
+class BadArgumentError(Error, ValueError): ...
+class DatasetError(Error, ValueError): ...
+class TooManyFailuresError(DatasetError): ...
+class StateMismatchError(Error, ValueError): ...
+class LoaderError(Error, RuntimeError): ...
+
+def _error_classes() -> dict[str, type[Exception]]:
+    """The exception class each core error variant maps to, by variant name (for the tests)."""
 
 # --- audio (rust/src/python/audio.rs) ---
 
@@ -51,44 +59,25 @@ class Dataset:
     def n_rows(self) -> int: ...
     def shards(self) -> list[tuple[str, int, str]]:
         """(path, rows, "stream" | "file") per shard."""
+    def label_range(self) -> dict[str, Any] | None:
+        """{"min": (label, path, row) | None, "max": ..., "nulls": n}; None without labels."""
     def labels(self) -> npt.NDArray[np.int64]: ...
     def shard_ids(self) -> npt.NDArray[np.int32]: ...
 
 class Loader:
     """The running Rust pipeline; yields this process's slice of each global batch."""
 
-    def __init__(
-        self,
-        dataset: Dataset,
-        *,
-        mode: str,
-        batch_size: int,
-        seed: int,
-        n_workers: int,
-        process_index: int,
-        process_count: int,
-        start_step: int,
-        n_views: int,
-        n_frames: int,
-        n_mels: int,
-        block_size: int,
-        shuffle_window: int,
-        prefetch: int,
-        mean: float,
-        std: float,
-        max_replacements: int,
-        transform: str,
-        clip_s: float,
-        sample_rate: int,
-        debug_frames: int,
-        debug_delay_s: float,
-    ) -> None: ...
+    def __init__(self, dataset: Dataset, config: str, *, start_step: int) -> None:
+        """`config`: JSON of birdjepa.data.LoaderConfig (unknown names are a BadArgumentError)."""
     def next(
         self,
     ) -> tuple[int, dict[str, np.ndarray], list[tuple[int, int, int, str]]] | None:
         """(global step, batch, failures as (index, shard, row, error)); None ends an eval pass."""
     def stats(self) -> dict: ...
     def close(self) -> None: ...
+
+def loader_config_defaults() -> str:
+    """JSON of the Rust LoaderConfig::default(): the names and defaults of every setting."""
 
 def train_indices(
     n_rows: int, seed: int, block_size: int, shuffle_window: int, start: int, count: int

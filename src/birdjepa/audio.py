@@ -11,6 +11,7 @@ blackman, sine), blackman_coeff=0.42, snip_edges=True, low_freq=20.0, high_freq=
 Nyquist, negative means that far below it), use_power=True, use_log_fbank=True.
 """
 
+import os
 from typing import Any
 
 import numpy as np
@@ -20,12 +21,16 @@ import birdjepa._rs as _rs
 FBANK_OPTIONS: tuple[str, ...] = tuple(_rs.FBANK_OPTIONS)
 
 
-def _bytes(data: bytes | bytearray | memoryview) -> bytes:
+def _bytes(data: bytes | bytearray | memoryview | str | os.PathLike) -> bytes:
+    """The encoded bytes of `data`: bytes-like as is, a path (str or PathLike) read from disk."""
     if isinstance(data, bytes):
         return data
     if isinstance(data, bytearray | memoryview):
         return bytes(data)
-    raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    if isinstance(data, str | os.PathLike):
+        with open(data, "rb") as f:
+            return f.read()
+    raise TypeError(f"data must be bytes or a path, got {type(data).__name__}")
 
 
 def _wave(wave: Any) -> np.ndarray:
@@ -44,9 +49,9 @@ def _check_opts(opts: dict[str, Any]) -> None:
 
 
 def decode(
-    data: bytes, *, start_s: float | None = None, duration_s: float | None = None
+    data: bytes | str | os.PathLike, *, start_s: float | None = None, duration_s: float | None = None
 ) -> tuple[np.ndarray, int]:
-    """Decode ogg/vorbis, mp3, flac or wav bytes to mono float32 at the native sample rate.
+    """Decode ogg/vorbis, mp3, flac or wav bytes (or the file at a path) to mono float32 at the native sample rate.
 
     With `start_s`/`duration_s`, only that window is decoded (by seeking where the container
     allows it); the result is shorter than `duration_s` when the recording ends first.
@@ -55,7 +60,7 @@ def decode(
     return wave, sr
 
 
-def info(data: bytes) -> dict[str, Any]:
+def info(data: bytes | str | os.PathLike) -> dict[str, Any]:
     """Header facts: sample_rate, channels, n_frames (None when unknown), codec, container."""
     return _rs.info(_bytes(data))
 
@@ -72,14 +77,14 @@ def fbank(wave: Any, *, sample_rate: float = 32000, **opts: Any) -> np.ndarray:
 
 
 def clip(
-    data: bytes,
+    data: bytes | str | os.PathLike,
     *,
     start_s: float = 0.0,
     duration_s: float = 5.0,
     sample_rate: int = 32000,
     **fbank_opts: Any,
 ) -> np.ndarray:
-    """Features of one clip: decode [start_s, start_s + duration_s), resample to `sample_rate`,
+    """Features of one clip of `data` (bytes or a path): decode [start_s, start_s + duration_s), resample to `sample_rate`,
     Kaldi fbank. A recording that ends early is zero-padded, so the shape is always fixed."""
     _check_opts(fbank_opts)
     feats, _seeked = _rs.clip(

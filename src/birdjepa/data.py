@@ -20,183 +20,224 @@ With `process_count > 1`, `batch_size` is the global batch and each process gets
 batch at step `s`. See docs/issues/003-deterministic-loader/README.md for the design.
 """
 
+import dataclasses
 import hashlib
 import json
 import math
 import os
 import time
 import warnings
-from collections.abc import Sequence
 
 import numpy as np
 
 import birdjepa._rs
+import birdjepa.sources
 
 DEFAULT_MEAN = -7.2
 DEFAULT_STD = 4.43
 STATE_VERSION = 1
 
 
-def resolve_shards(shards) -> list[str]:
-    """Arrow shard paths from a list of paths, a directory (its *.arrow, sorted), a single file,
-    or a `datasets.Dataset` (its `cache_files`)."""
-    if hasattr(shards, "cache_files") and not isinstance(shards, (str, os.PathLike)):
-        if getattr(shards, "_indices", None) is not None:
-            raise birdjepa._rs.BadArgumentError(
-                "bad argument shards: expected a datasets.Dataset without an indices mapping, got "
-                "one made by select/shuffle/filter (call .flatten_indices() first)"
-            )
-        files = [f["filename"] for f in shards.cache_files]
-        if not files:
-            raise birdjepa._rs.BadArgumentError(
-                "bad argument shards: expected a datasets.Dataset backed by Arrow cache files, "
-                "got an in-memory dataset (save_to_disk and load_from_disk it first)"
-            )
-        return files
-    if isinstance(shards, (str, os.PathLike)):
-        path = os.fspath(shards)
-        if os.path.isdir(path):
-            files = sorted(
-                os.path.join(path, f) for f in os.listdir(path) if f.endswith(".arrow")
-            )
-            if not files:
-                raise birdjepa._rs.BadArgumentError(
-                    f"bad argument shards: expected *.arrow files in {path}, got none"
-                )
-            return files
-        return [path]
-    if isinstance(shards, Sequence):
-        return [os.fspath(p) for p in shards]
-    raise birdjepa._rs.BadArgumentError(
-        "bad argument shards: expected a list of paths, a directory or a datasets.Dataset, "
-        f"got {type(shards).__name__}"
-    )
+def resolve_shards(shards, split: str | None = None) -> list[str]:
+    """The Arrow files `shards` means: a `datasets.Dataset`; a `DatasetDict` with `split`; a
+    `save_to_disk` directory (exactly the files its state.json lists; map/filter cache-*.arrow
+    files beside them are not read, with a warning); a DatasetDict directory or a `load_dataset`
+    cache directory with a split, as `"DIR:SPLIT"` or `split=`; a plain directory (its *.arrow,
+    sorted); a glob; a file; or a list of these. An .arrow file no rule explains is an error
+    naming it. Details: `birdjepa.sources`."""
+    return birdjepa.sources.resolve(shards, split)
 
 
-def _clip_frames(clip_s: float) -> int:
-    """Kaldi fbank frames of a clip (25 ms window, 10 ms shift, snip edges): 498 for 5 s."""
-    samples_ms = int(round(clip_s * 1000))
-    return max(1, 1 + (samples_ms - 25) // 10)
+def check_labels(dataset, label_column: str | None) -> dict | None:
+    """`dataset.label_range()` ({"min": (label, path, row), "max": ..., "nulls": n}, None
+    without a label column); a label below -1 is a DatasetError naming it and where it is."""
+    r = dataset.label_range()
+    if r is not None and r["min"] is not None and r["min"][0] < -1:
+        v, path, row = r["min"]
+        raise birdjepa._rs.DatasetError(
+            f"{path}: row {row}, column '{label_column}': expected class ids >= 0 (or -1/null "
+            f"for no label), got {v}")
+    return r
+
+
+def label_problem(label_range: dict | None, n_classes: int) -> str | None:
+    """Why labels with `label_range` do not fit `n_classes` classes, or None if they do."""
+    if label_range is None or label_range["max"] is None:
+        return None
+    v, path, row = label_range["max"]
+    if v < n_classes:
+        return None
+    lo = label_range["min"][0]
+    return (f"n_classes={n_classes}: expected labels in [0, {n_classes}), got {v} at {path} row "
+            f"{row} (labels span {lo}..{v})")
+
+
+def _speed(default):
+    """A setting that only affects speed (or only when the loader gives up): not part of
+    `Loader.config` or the fingerprint."""
+    return dataclasses.field(default=default, metadata={"shapes_stream": False})
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderConfig:
+    """Every loader setting. The Rust twin is `LoaderConfig` in rust/src/loader/config.rs (same
+    names and defaults, checked by tests/test_loader_config.py); `birdjepa._rs.Loader` reads this
+    as JSON. Adding a setting: one field here, one there, plus its test. Settings made with
+    `_speed` do not shape the stream; every other one is in `Loader.config` and the fingerprint."""
+
+    batch_size: int
+    """Global batch size (all processes together); each process gets batch_size // process_count."""
+    mode: str = "train"
+    """"train" (infinite, reshuffled every epoch, random crops) or "eval" (one pass in index order,
+    centre crops, last batch padded)."""
+    seed: int = 0
+    """Seeds the order and the crops."""
+    n_workers: int = _speed(2)
+    """Transform threads."""
+    process_index: int = _speed(0)
+    """This process's rank; it yields slots [i * b, (i + 1) * b) of each global batch."""
+    process_count: int = _speed(1)
+    """Processes sharing each global batch."""
+    n_views: int = 1
+    """Crops per row; data is (V, B, T, M) when > 1."""
+    n_frames: int = 512
+    """Frames per clip: shorter clips are padded with 0.0 after normalisation, longer ones cut."""
+    n_mels: int = 128
+    """Mel bins."""
+    block_size: int = 16
+    """Rows kept contiguous by the order (locality of reads)."""
+    shuffle_window: int = 8192
+    """Rows over which blocks are shuffled."""
+    prefetch: int = _speed(2)
+    """Assembled batches queued ahead of the consumer."""
+    mean: float = DEFAULT_MEAN
+    """Normalisation: (x - mean) / (2 * std)."""
+    std: float = DEFAULT_STD
+    """Normalisation: (x - mean) / (2 * std)."""
+    max_replacements: int = 16
+    """Train mode: later rows tried in place of a failed one before the slot is invalid."""
+    transform: str = "audio"
+    """"audio" (decode -> resample -> fbank); "debug" is a test-only transform (_DebugLoader)."""
+    clip_s: float = 5.0
+    """Clip duration in seconds."""
+    sample_rate: int = 32000
+    """Sample rate the audio is resampled to."""
+    audio_column: str = "audio"
+    """Column with the encoded audio (HF Audio struct or binary)."""
+    label_column: str | None = "label"
+    """Integer label column, or None (targets are then -1)."""
+    debug_delay_s: float = _speed(0.0)
+    """The debug transform's artificial per-sample delay (tests)."""
+    max_failure_fraction: float = _speed(0.1)
+    """Raise birdjepa.TooManyFailuresError once more than this fraction of the last
+    `failure_window` samples (each failed attempt and each success, in stream order) failed,
+    naming the most common error and example (file, row)s; 1.0 never raises. A dataset smaller
+    than the window is judged once all its rows were tried. Does not shape the stream."""
+    failure_window: int = _speed(512)
+    """Samples over which max_failure_fraction is judged (512: one or two batches)."""
+
+    @classmethod
+    def shaping(cls) -> tuple[str, ...]:
+        """The settings that shape the batch stream, in declaration order."""
+        return tuple(
+            f.name for f in dataclasses.fields(cls) if f.metadata.get("shapes_stream", True)
+        )
+
+    def __post_init__(self):
+        self._check()
+        # Plain int/float values (numpy scalars, 5 for 5.0), so that config and fingerprint are
+        # the same however a value was spelled.
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type is int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+                object.__setattr__(self, f.name, int(v))
+            elif f.type is float and isinstance(v, (int, float, np.integer, np.floating)):
+                object.__setattr__(self, f.name, float(v))
+
+    def _check(self) -> None:
+        """The checks Rust cannot word as well (types and the mode); Rust checks the rest."""
+        bad = birdjepa._rs.BadArgumentError
+        if self.mode not in ("train", "eval"):
+            raise bad(f"bad argument mode: expected 'train' or 'eval', got {self.mode!r}")
+        for name in ("batch_size", "seed", "n_workers"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise bad(f"bad argument {name}: expected a non-negative int, got {value!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+
+def _make_config(config: LoaderConfig | None, settings: dict) -> LoaderConfig:
+    if config is not None and settings:
+        raise TypeError(f"Loader: pass config= or settings, not both (got {sorted(settings)})")
+    if config is not None:
+        return config
+    names = {f.name for f in dataclasses.fields(LoaderConfig)}
+    unknown = sorted(set(settings) - names)
+    if unknown:
+        raise TypeError(f"Loader got unexpected settings {unknown}; known: {sorted(names)}")
+    return LoaderConfig(**settings)
 
 
 class Loader:
-    """Deterministic batches over Arrow shards; see the module docstring.
+    """Deterministic batches over Arrow shards; see the module docstring and `LoaderConfig`.
 
-    Train mode is infinite (reshuffled every epoch, random crops); eval mode is one finite pass in
-    index order with centre crops, the last batch padded to `batch_size` (`valid` marks real rows);
-    each `iter(loader)` after the first batch of a pass starts a new pass.
-
-    `transform` selects the per-sample transform: "audio" (decode -> resample -> fbank) or "debug"
-    (a deterministic hash of the bytes and crop, for tests; `debug_delay_s` slows it down).
+    `Loader(shards, batch_size=..., **settings)` or `Loader(shards, config=LoaderConfig(...))`;
+    `shards` and `split` as `resolve_shards` takes them; `state` (from `state_dict()`) resumes a
+    stream. Opening reads the label column once: `label_range` is its min/max and where they
+    are, labels below -1 are a DatasetError (-1 and nulls mean "no label"). Train mode is infinite; eval mode is one
+    finite pass and each `iter(loader)` after the first batch of a pass starts a new pass.
     """
 
-    def __init__(
-        self,
-        shards,
-        *,
-        mode: str = "train",
-        batch_size: int,
-        seed: int = 0,
-        n_workers: int = 2,
-        process_index: int = 0,
-        process_count: int = 1,
-        state: dict | None = None,
-        n_views: int = 1,
-        n_frames: int = 512,
-        n_mels: int = 128,
-        audio_column: str = "audio",
-        label_column: str | None = "label",
-        clip_s: float = 5.0,
-        sample_rate: int = 32000,
-        mean: float = DEFAULT_MEAN,
-        std: float = DEFAULT_STD,
-        block_size: int = 16,
-        shuffle_window: int = 8192,
-        prefetch: int = 2,
-        max_replacements: int = 16,
-        transform: str = "audio",
-        debug_delay_s: float = 0.0,
-    ):
-        if mode not in ("train", "eval"):
-            raise birdjepa._rs.BadArgumentError(
-                f"bad argument mode: expected 'train' or 'eval', got {mode!r}"
-            )
-        for name, value in (("batch_size", batch_size), ("seed", seed), ("n_workers", n_workers)):
-            if not isinstance(value, (int, np.integer)) or value < 0:
-                raise birdjepa._rs.BadArgumentError(
-                    f"bad argument {name}: expected a non-negative int, got {value!r}"
-                )
+    _TEST_TRANSFORMS: tuple[str, ...] = ()
+
+    def __init__(self, shards, *, split: str | None = None, state: dict | None = None,
+                 config: LoaderConfig | None = None, **settings):
         self._core = None
-        self.mode = mode
-        self.batch_size = int(batch_size)
-        self.process_index = int(process_index)
-        self.process_count = int(process_count)
-        self.paths = resolve_shards(shards)
-        t0 = time.perf_counter()
-        self._dataset = birdjepa._rs.Dataset(self.paths, audio_column, label_column)
-        self.open_s = time.perf_counter() - t0
-        self.n_samples = int(self._dataset.n_rows)
-        if hasattr(shards, "cache_files") and len(shards) != self.n_samples:
+        cfg = self.cfg = _make_config(config, settings)
+        if cfg.transform in ("debug",) and cfg.transform not in self._TEST_TRANSFORMS:
             raise birdjepa._rs.BadArgumentError(
-                f"bad argument shards: expected a datasets.Dataset spanning its cache files "
-                f"({self.n_samples} rows), got a view of {len(shards)} rows (call "
-                f".flatten_indices() or save_to_disk/load_from_disk first)"
+                f"bad argument transform: expected \"audio\", got {cfg.transform!r} (a test-only "
+                "transform: use birdjepa.data._DebugLoader)"
             )
-        shard_list = [(os.path.basename(p), rows) for p, rows, _ in self._dataset.shards()]
-        shards_hash = hashlib.sha256(json.dumps(shard_list).encode()).hexdigest()[:16]
-        # Everything that shapes the stream; n_workers/prefetch/process_* do not.
-        self.config = {
-            "mode": mode,
-            "seed": int(seed),
-            "batch_size": self.batch_size,
-            "n_views": int(n_views),
-            "n_frames": int(n_frames),
-            "n_mels": int(n_mels),
-            "clip_s": float(clip_s),
-            "sample_rate": int(sample_rate),
-            "mean": float(mean),
-            "std": float(std),
-            "block_size": int(block_size),
-            "shuffle_window": int(shuffle_window),
-            "max_replacements": int(max_replacements),
-            "transform": transform,
-            "audio_column": audio_column,
-            "label_column": label_column,
-            "n_shards": len(shard_list),
-            "n_rows": self.n_samples,
-            "shards_hash": shards_hash,
-        }
+        self.mode, self.batch_size = cfg.mode, int(cfg.batch_size)
+        self.process_index, self.process_count = int(cfg.process_index), int(cfg.process_count)
+        self._open(shards, split)
+        self.config = {k: getattr(cfg, k) for k in LoaderConfig.shaping()} | self._summary()
         self.fingerprint = hashlib.sha256(
             json.dumps(self.config, sort_keys=True).encode()
         ).hexdigest()[:16]
-        self._core_kwargs = dict(
-            mode=mode,
-            batch_size=self.batch_size,
-            seed=int(seed),
-            n_workers=int(n_workers),
-            process_index=self.process_index,
-            process_count=self.process_count,
-            n_views=int(n_views),
-            n_frames=int(n_frames),
-            n_mels=int(n_mels),
-            block_size=int(block_size),
-            shuffle_window=int(shuffle_window),
-            prefetch=int(prefetch),
-            mean=float(mean),
-            std=float(std),
-            max_replacements=int(max_replacements),
-            transform=transform,
-            clip_s=float(clip_s),
-            sample_rate=int(sample_rate),
-            debug_frames=_clip_frames(clip_s),
-            debug_delay_s=float(debug_delay_s),
-        )
         start = 0 if state is None else self._check_state(state)
         self._logged: set[int] = set()
         self._failures_seen = 0
         self._wait_s = 0.0
         self._yielded = 0
         self._start(start)
+
+    def _open(self, shards, split) -> None:
+        self.paths = resolve_shards(shards, split)
+        t0 = time.perf_counter()
+        self._dataset = birdjepa._rs.Dataset(
+            self.paths, self.cfg.audio_column, self.cfg.label_column
+        )
+        self.label_range = check_labels(self._dataset, self.cfg.label_column)
+        self.open_s = time.perf_counter() - t0
+        self.n_samples = int(self._dataset.n_rows)
+        if type(shards).__name__ == "DatasetDict":
+            shards = shards[split]
+        if hasattr(shards, "cache_files") and len(shards) != self.n_samples:
+            raise birdjepa._rs.BadArgumentError(
+                f"bad argument shards: expected a datasets.Dataset spanning its cache files "
+                f"({self.n_samples} rows), got a view of {len(shards)} rows (call "
+                f".flatten_indices() or save_to_disk/load_from_disk first)"
+            )
+
+    def _summary(self) -> dict:
+        """The shards part of `config`: count, rows and a hash of (file name, rows)."""
+        shard_list = [(os.path.basename(p), rows) for p, rows, _ in self._dataset.shards()]
+        shards_hash = hashlib.sha256(json.dumps(shard_list).encode()).hexdigest()[:16]
+        return {"n_shards": len(shard_list), "n_rows": self.n_samples, "shards_hash": shards_hash}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -207,7 +248,7 @@ class Loader:
         self._step = step
         self._pass_fresh = True
         self._finished = False
-        self._core = birdjepa._rs.Loader(self._dataset, start_step=step, **self._core_kwargs)
+        self._core = birdjepa._rs.Loader(self._dataset, self.cfg.to_json(), start_step=step)
 
     def close(self) -> None:
         """Stop and join every pipeline thread. Idempotent."""
@@ -321,6 +362,13 @@ class Loader:
             failures_yielded=self._failures_seen,
         )
         return s
+
+
+class _DebugLoader(Loader):
+    """A Loader that also accepts the test-only transform="debug" (a deterministic hash of the
+    bytes and the crop, `debug_delay_s` slower per sample). For tests and benchmarks only."""
+
+    _TEST_TRANSFORMS = ("debug",)
 
 
 def _batch_entropy(labels: np.ndarray, batch_size: int) -> float:

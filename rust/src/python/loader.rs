@@ -1,10 +1,7 @@
 //! Bindings of the loader: `_rs.Dataset`, `_rs.Loader`, `_rs.train_indices`.
 //!
 //! The Python-facing API with state dicts lives in `birdjepa.data`; this layer only moves batches
-//! across and releases the GIL while waiting.
-//!
-//! [`make_transform`] is the one function that maps a transform name to an implementation:
-//! `"audio"` is the real `ClipWorker`, `"debug"` the codec-free test transform.
+//! across and releases the GIL while waiting. The settings cross as the JSON of `birdjepa.data.LoaderConfig`, so no setting is restated here.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,73 +12,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::to_py;
-use crate::clip::{ClipConfig, ClipWorker, Transform};
-use crate::debug_transform::DebugTransform;
-use crate::error::{Error, Result};
-use crate::fbank::FbankConfig;
-use crate::loader::{Batch, LoaderConfig, Mode, Next, Pipeline, TransformFactory};
+use crate::error::Error;
+use crate::loader::{transform_factory, Batch, LoaderConfig, Next, Pipeline};
 use crate::shards::Dataset;
-
-/// Everything a transform needs from the loader configuration.
-#[derive(Clone, Debug)]
-pub(crate) struct TransformConfig {
-    /// "audio" (the real decode -> resample -> fbank clip transform) or "debug".
-    pub name: String,
-    /// Clip duration in seconds and the target sample rate (for the audio transform).
-    pub clip_s: f64,
-    pub sample_rate: u32,
-    pub n_mels: usize,
-    /// DebugTransform only: frames per clip and an artificial per-sample delay.
-    pub debug_frames: usize,
-    pub debug_delay: Duration,
-}
-
-/// Build the transform named by `cfg.name` for one worker thread (called once per worker).
-///
-/// * `"debug"`: [`DebugTransform`], a deterministic test transform (features are a hash pattern
-///   of the bytes and the crop; bytes starting with `CORRUPT` fail). Keep it: tests use it.
-/// * `"audio"`: the real clip transform. NOT BUILT IN THIS BRANCH: the integrator replaces the
-///   error below with `Ok(Box::new(ClipWorker::new(...cfg...)?))`.
-pub(crate) fn make_transform(cfg: &TransformConfig) -> Result<Box<dyn Transform>> {
-    if !(cfg.clip_s.is_finite() && cfg.clip_s > 0.0) {
-        return Err(Error::bad_argument(
-            "clip_s",
-            "a finite duration > 0 s",
-            cfg.clip_s,
-        ));
-    }
-    if cfg.sample_rate == 0 {
-        return Err(Error::bad_argument(
-            "sample_rate",
-            "> 0 Hz",
-            cfg.sample_rate,
-        ));
-    }
-    match cfg.name.as_str() {
-        "debug" => Ok(Box::new(DebugTransform::new(
-            cfg.debug_frames,
-            cfg.n_mels,
-            cfg.debug_delay,
-        ))),
-        "audio" => {
-            let fbank = FbankConfig {
-                sample_rate: cfg.sample_rate as f32,
-                n_mels: cfg.n_mels,
-                ..FbankConfig::default()
-            };
-            Ok(Box::new(ClipWorker::new(ClipConfig {
-                sample_rate: cfg.sample_rate,
-                duration_s: cfg.clip_s,
-                fbank,
-            })?))
-        }
-        other => Err(Error::bad_argument(
-            "transform",
-            "\"audio\" or \"debug\"",
-            format!("{other:?}"),
-        )),
-    }
-}
 
 /// Opened, indexed shards (no audio bodies read).
 #[pyclass(name = "Dataset", module = "birdjepa._rs", frozen)]
@@ -127,6 +60,26 @@ impl PyDataset {
         Ok(PyArray1::from_vec(py, v))
     }
 
+    /// The label column's range as {"min": (label, path, row) | None, "max": ..., "nulls": n},
+    /// or None without a label column. Reads only the label column; a uint64 label past int64
+    /// is a DatasetError naming its row.
+    fn label_range<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(r) = py.detach(|| self.inner.label_range()).map_err(to_py)? else {
+            return Ok(None);
+        };
+        let at = |m: Option<(i64, u32, u64)>| {
+            m.map(|(v, s, row)| {
+                let path = self.inner.shards()[s as usize].path.display().to_string();
+                (v, path, row)
+            })
+        };
+        let d = PyDict::new(py);
+        d.set_item("min", at(r.min))?;
+        d.set_item("max", at(r.max))?;
+        d.set_item("nulls", r.nulls)?;
+        Ok(Some(d))
+    }
+
     /// Every row's shard number (int32).
     fn shard_ids<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i32>> {
         PyArray1::from_vec(py, self.inner.shard_ids())
@@ -146,18 +99,6 @@ pub struct PyLoader {
     n_views: usize,
     n_frames: usize,
     n_mels: usize,
-}
-
-fn parse_mode(mode: &str) -> Result<Mode> {
-    match mode {
-        "train" => Ok(Mode::Train),
-        "eval" => Ok(Mode::Eval),
-        m => Err(Error::bad_argument(
-            "mode",
-            "\"train\" or \"eval\"",
-            format!("{m:?}"),
-        )),
-    }
 }
 
 impl PyLoader {
@@ -187,75 +128,23 @@ impl PyLoader {
 
 #[pymethods]
 impl PyLoader {
+    /// Start the pipeline at global step `start_step`. `config` is the JSON of
+    /// `birdjepa.data.LoaderConfig` (see `crate::loader::LoaderConfig`).
     #[new]
-    #[pyo3(signature = (
-        dataset, *, mode, batch_size, seed, n_workers, process_index, process_count, start_step,
-        n_views, n_frames, n_mels, block_size, shuffle_window, prefetch, mean, std,
-        max_replacements, transform, clip_s, sample_rate, debug_frames, debug_delay_s
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        dataset: &PyDataset,
-        mode: &str,
-        batch_size: usize,
-        seed: u64,
-        n_workers: usize,
-        process_index: usize,
-        process_count: usize,
-        start_step: u64,
-        n_views: usize,
-        n_frames: usize,
-        n_mels: usize,
-        block_size: u64,
-        shuffle_window: u64,
-        prefetch: usize,
-        mean: f32,
-        std: f32,
-        max_replacements: u32,
-        transform: String,
-        clip_s: f64,
-        sample_rate: u32,
-        debug_frames: usize,
-        debug_delay_s: f64,
-    ) -> PyResult<Self> {
+    #[pyo3(signature = (dataset, config, *, start_step))]
+    fn new(py: Python<'_>, dataset: &PyDataset, config: &str, start_step: u64) -> PyResult<Self> {
         let cfg = LoaderConfig {
-            mode: parse_mode(mode).map_err(to_py)?,
-            batch_size,
-            seed,
-            n_views,
-            n_frames,
-            n_mels,
-            block_size,
-            shuffle_window,
-            mean,
-            std,
-            max_replacements,
             start_step,
-            process_index,
-            process_count,
-            n_workers,
-            prefetch,
-            in_flight: 0,
+            ..LoaderConfig::from_json(config).map_err(to_py)?
         };
-        if !(debug_delay_s.is_finite() && debug_delay_s >= 0.0) {
-            return Err(to_py(Error::bad_argument(
-                "debug_delay_s",
-                "a finite value >= 0",
-                debug_delay_s,
-            )));
-        }
-        let tcfg = TransformConfig {
-            name: transform,
-            clip_s,
-            sample_rate,
-            n_mels,
-            debug_frames,
-            debug_delay: Duration::from_secs_f64(debug_delay_s),
-        };
-        let factory: TransformFactory = Arc::new(move || make_transform(&tcfg));
+        let factory = transform_factory(&cfg).map_err(to_py)?;
         let ds = dataset.inner.clone();
-        let local_batch = cfg.local_batch().max(1);
+        let (local_batch, n_views, n_frames, n_mels) = (
+            cfg.local_batch().max(1),
+            cfg.n_views,
+            cfg.n_frames,
+            cfg.n_mels,
+        );
         let pipe = py
             .detach(|| Pipeline::start(ds, cfg, factory))
             .map_err(to_py)?;
@@ -338,9 +227,16 @@ fn train_indices<'py>(
     ))
 }
 
+/// `LoaderConfig::default()` as JSON: the names and defaults `birdjepa.data.LoaderConfig` mirrors.
+#[pyfunction]
+fn loader_config_defaults() -> String {
+    LoaderConfig::default().to_json()
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDataset>()?;
     m.add_class::<PyLoader>()?;
     m.add_function(wrap_pyfunction!(train_indices, m)?)?;
+    m.add_function(wrap_pyfunction!(loader_config_defaults, m)?)?;
     Ok(())
 }

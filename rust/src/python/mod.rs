@@ -1,88 +1,100 @@
 //! The one binding module: maps the core to `birdjepa._rs`. Nothing outside `python/` imports pyo3.
 //!
-//! Submodules hold the bindings of one concern each; this file owns the exception hierarchy and the
-//! mapping of `crate::error::Error` onto it.
+//! Submodules hold the bindings of one concern each; `exceptions` owns the exception hierarchy and
+//! this file the mapping of `crate::error::Error` onto it.
 
-use pyo3::create_exception;
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::error::Error;
 
 mod audio;
+mod exceptions;
 mod loader;
-
-create_exception!(
-    _rs,
-    AudioError,
-    PyValueError,
-    "Audio could not be decoded or transformed."
-);
-create_exception!(
-    _rs,
-    UnsupportedCodecError,
-    AudioError,
-    "The codec or container is not supported."
-);
-create_exception!(
-    _rs,
-    CorruptAudioError,
-    AudioError,
-    "The bytes are corrupt, truncated or non-finite."
-);
-create_exception!(
-    _rs,
-    EmptyAudioError,
-    AudioError,
-    "The audio (or the requested window) is empty."
-);
-create_exception!(
-    _rs,
-    BadArgumentError,
-    PyValueError,
-    "An argument is outside its domain."
-);
-create_exception!(
-    _rs,
-    DatasetError,
-    PyValueError,
-    "A dataset shard is unreadable or lacks a column."
-);
-create_exception!(
-    _rs,
-    StateMismatchError,
-    PyValueError,
-    "A loader state does not fit this loader."
-);
 
 /// Convert a core error into the matching Python exception.
 pub(crate) fn to_py(err: Error) -> PyErr {
     let msg = err.to_string();
-    match err {
-        Error::UnsupportedCodec { .. } => UnsupportedCodecError::new_err(msg),
-        Error::CorruptData { .. } => CorruptAudioError::new_err(msg),
-        Error::EmptyAudio { .. } => EmptyAudioError::new_err(msg),
-        Error::BadArgument { .. } => BadArgumentError::new_err(msg),
-        Error::Dataset { .. } => DatasetError::new_err(msg),
-        Error::StateMismatch { .. } => StateMismatchError::new_err(msg),
-        Error::Io { .. } => PyOSError::new_err(msg),
+    Python::attach(|py| {
+        let e = match exceptions::get(py) {
+            Ok(e) => e,
+            Err(failed) => return failed,
+        };
+        let ty = match err {
+            Error::UnsupportedCodec { .. } => &e.unsupported_codec,
+            Error::CorruptData { .. } => &e.corrupt_audio,
+            Error::EmptyAudio { .. } => &e.empty_audio,
+            Error::BadArgument { .. } => &e.bad_argument,
+            Error::Dataset { .. } | Error::ShardChanged { .. } => &e.dataset,
+            Error::TooManyFailures { .. } => &e.too_many_failures,
+            Error::StateMismatch { .. } => &e.state_mismatch,
+            Error::Pipeline { .. } | Error::Thread { .. } => &e.loader,
+            Error::Io { .. } => return PyOSError::new_err(msg),
+        };
+        PyErr::from_type(ty.bind(py).clone(), msg)
+    })
+}
+
+/// The class [`to_py`] gives each core error variant, by variant name (for the tests).
+#[pyfunction]
+fn _error_classes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let io = || std::io::Error::other("x");
+    let samples = [
+        (
+            "UnsupportedCodec",
+            Error::UnsupportedCodec { detail: "x".into() },
+        ),
+        ("CorruptData", Error::corrupt("x")),
+        ("EmptyAudio", Error::EmptyAudio { detail: "x".into() }),
+        ("BadArgument", Error::bad_argument("x", "y", "z")),
+        (
+            "Dataset",
+            Error::Dataset {
+                path: "p".into(),
+                detail: "x".into(),
+            },
+        ),
+        (
+            "ShardChanged",
+            Error::ShardChanged {
+                path: "p".into(),
+                detail: "x".into(),
+            },
+        ),
+        (
+            "TooManyFailures",
+            Error::TooManyFailures { detail: "x".into() },
+        ),
+        ("StateMismatch", Error::StateMismatch { detail: "x".into() }),
+        ("Pipeline", Error::pipeline("x")),
+        (
+            "Thread",
+            Error::Thread {
+                name: "t".into(),
+                source: io(),
+            },
+        ),
+        (
+            "Io",
+            Error::Io {
+                path: "p".into(),
+                source: io(),
+            },
+        ),
+    ];
+    let d = PyDict::new(py);
+    for (name, err) in samples {
+        d.set_item(name, to_py(err).get_type(py))?;
     }
+    Ok(d)
 }
 
 #[pymodule]
 fn _rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("AudioError", py.get_type::<AudioError>())?;
-    m.add(
-        "UnsupportedCodecError",
-        py.get_type::<UnsupportedCodecError>(),
-    )?;
-    m.add("CorruptAudioError", py.get_type::<CorruptAudioError>())?;
-    m.add("EmptyAudioError", py.get_type::<EmptyAudioError>())?;
-    m.add("BadArgumentError", py.get_type::<BadArgumentError>())?;
-    m.add("DatasetError", py.get_type::<DatasetError>())?;
-    m.add("StateMismatchError", py.get_type::<StateMismatchError>())?;
+    exceptions::register(m)?;
+    m.add_function(wrap_pyfunction!(_error_classes, m)?)?;
     audio::register(m)?;
     loader::register(m)?;
     Ok(())

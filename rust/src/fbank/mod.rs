@@ -6,13 +6,16 @@
 //! An `Fbank` precomputes the window, the mel matrix (as one contiguous weight run per mel bin)
 //! and the FFT plan, and reuses its buffers: build one per worker, call `compute` per clip.
 
+mod setup;
+
 use std::sync::Arc;
 
 use realfft::num_complex::Complex;
 use realfft::{RealFftPlanner, RealToComplex};
 
-use crate::decode::MAX_SAMPLE_RATE;
+use crate::decode::{first_bad_sample, MAX_ABS_SAMPLE};
 use crate::error::{Error, Result};
+use setup::{mel_banks, validate, window, Geometry};
 
 /// Kaldi's window functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,10 +105,6 @@ impl Default for FbankConfig {
     }
 }
 
-fn mel_scale(f: f32) -> f32 {
-    1127.0 * (1.0 + f / 700.0).ln()
-}
-
 /// A splitmix64 stream with Box-Muller Gaussians, for seedable dither.
 struct Rng(u64);
 impl Rng {
@@ -150,150 +149,14 @@ impl std::fmt::Debug for Fbank {
 
 impl Fbank {
     pub fn new(cfg: FbankConfig) -> Result<Self> {
-        let sr = cfg.sample_rate;
-        if !(sr.is_finite() && sr > 0.0 && sr <= MAX_SAMPLE_RATE as f32) {
-            return Err(Error::bad_argument(
-                "sample_rate",
-                format!("0 < rate <= {MAX_SAMPLE_RATE}"),
-                sr,
-            ));
-        }
-        for (name, v) in [
-            ("frame_length_ms", cfg.frame_length_ms),
-            ("frame_shift_ms", cfg.frame_shift_ms),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(Error::bad_argument(
-                    name,
-                    "a positive number of milliseconds",
-                    v,
-                ));
-            }
-        }
-        // Kaldi truncates (samp_freq * 0.001 * ms) computed in double.
-        let frame_len = (sr as f64 * 0.001 * cfg.frame_length_ms as f64) as usize;
-        let shift = (sr as f64 * 0.001 * cfg.frame_shift_ms as f64) as usize;
-        if !(2..=1 << 20).contains(&frame_len) {
-            return Err(Error::bad_argument(
-                "frame_length_ms",
-                "2 to 2^20 samples per frame",
-                frame_len,
-            ));
-        }
-        if shift < 1 {
-            return Err(Error::bad_argument(
-                "frame_shift_ms",
-                "at least one sample",
-                shift,
-            ));
-        }
-        if !(cfg.preemph.is_finite() && (0.0..=1.0).contains(&cfg.preemph)) {
-            return Err(Error::bad_argument(
-                "preemph",
-                "a value in [0, 1]",
-                cfg.preemph,
-            ));
-        }
-        if !(cfg.dither.is_finite() && cfg.dither >= 0.0) {
-            return Err(Error::bad_argument(
-                "dither",
-                "a finite value >= 0",
-                cfg.dither,
-            ));
-        }
-        if !cfg.blackman_coeff.is_finite() {
-            return Err(Error::bad_argument(
-                "blackman_coeff",
-                "a finite value",
-                cfg.blackman_coeff,
-            ));
-        }
-        if cfg.n_mels < 3 || cfg.n_mels > 4096 {
-            return Err(Error::bad_argument("n_mels", "3 to 4096", cfg.n_mels));
-        }
-        let padded = if cfg.round_to_power_of_two {
-            frame_len.next_power_of_two()
-        } else {
-            frame_len
-        };
-        let nyquist = 0.5 * sr;
-        let high = if cfg.high_freq <= 0.0 {
-            nyquist + cfg.high_freq
-        } else {
-            cfg.high_freq
-        };
-        if !(cfg.low_freq.is_finite() && cfg.low_freq >= 0.0 && cfg.low_freq < nyquist) {
-            return Err(Error::bad_argument(
-                "low_freq",
-                format!("0 <= low_freq < {nyquist}"),
-                cfg.low_freq,
-            ));
-        }
-        if !(cfg.high_freq.is_finite() && high > cfg.low_freq && high <= nyquist) {
-            return Err(Error::bad_argument(
-                "high_freq",
-                format!("low_freq < high <= {nyquist} (0 = Nyquist, negative = offset from it)"),
-                cfg.high_freq,
-            ));
-        }
-
-        // Window, computed in double as Kaldi does.
-        let a = 2.0 * std::f64::consts::PI / (frame_len - 1) as f64;
-        let window = (0..frame_len)
-            .map(|i| {
-                let x = a * i as f64;
-                let w = match cfg.window_type {
-                    WindowType::Hanning => 0.5 - 0.5 * x.cos(),
-                    WindowType::Sine => (0.5 * x).sin(),
-                    WindowType::Hamming => 0.54 - 0.46 * x.cos(),
-                    WindowType::Povey => (0.5 - 0.5 * x.cos()).powf(0.85),
-                    WindowType::Rectangular => 1.0,
-                    WindowType::Blackman => {
-                        let c = cfg.blackman_coeff as f64;
-                        c - 0.5 * x.cos() + (0.5 - c) * (2.0 * x).cos()
-                    }
-                };
-                w as f32
-            })
-            .collect();
-
-        // Mel triangles in float, as kaldi-native-fbank computes them.
-        let n_fft_bins = padded / 2;
-        let bin_width = sr / padded as f32;
-        let (mel_lo, mel_hi) = (mel_scale(cfg.low_freq), mel_scale(high));
-        let delta = (mel_hi - mel_lo) / (cfg.n_mels + 1) as f32;
-        let mut mel = Vec::with_capacity(cfg.n_mels);
-        for b in 0..cfg.n_mels {
-            let left = mel_lo + b as f32 * delta;
-            let center = mel_lo + (b + 1) as f32 * delta;
-            let right = mel_lo + (b + 2) as f32 * delta;
-            let mut first = None;
-            let mut weights = Vec::new();
-            for i in 0..n_fft_bins {
-                let m = mel_scale(bin_width * i as f32);
-                if m > left && m < right {
-                    let w = if m <= center {
-                        (m - left) / (center - left)
-                    } else {
-                        (right - m) / (right - center)
-                    };
-                    first.get_or_insert(i);
-                    weights.push(w);
-                } else if first.is_some() {
-                    break;
-                }
-            }
-            match first {
-                Some(f) => mel.push((f, weights)),
-                None => {
-                    return Err(Error::bad_argument(
-                        "n_mels",
-                        format!("few enough bins that each covers an FFT bin (FFT size {padded})"),
-                        cfg.n_mels,
-                    ))
-                }
-            }
-        }
+        let Geometry {
+            frame_len,
+            shift,
+            padded,
+            high_freq,
+        } = validate(&cfg)?;
+        let window = window(cfg.window_type, cfg.blackman_coeff, frame_len);
+        let mel = mel_banks(&cfg, padded, high_freq)?;
         let fft = RealFftPlanner::<f32>::new().plan_fft_forward(padded);
         let spec = fft.make_output_vec();
         let scratch = fft.make_scratch_vec();
@@ -307,7 +170,7 @@ impl Fbank {
             fft_in: vec![0.0; padded],
             spec,
             scratch,
-            power: vec![0.0; n_fft_bins + 1],
+            power: vec![0.0; padded / 2 + 1],
             fft,
             cfg,
         })
@@ -347,11 +210,14 @@ impl Fbank {
     }
 
     /// Like `compute`, writing into `out` (resized); returns the number of frames.
+    ///
+    /// Samples must be finite with |x| <= `MAX_ABS_SAMPLE` (which keeps every power finite, see
+    /// there); the power of 1e20 overflows f32 to +inf features.
     pub fn compute_into(&mut self, wave: &[f32], out: &mut Vec<f32>) -> Result<usize> {
-        if let Some(i) = wave.iter().position(|x| !x.is_finite()) {
+        if let Some(i) = first_bad_sample(wave, MAX_ABS_SAMPLE) {
             return Err(Error::bad_argument(
                 "wave",
-                "finite samples",
+                format!("finite samples with |x| <= {MAX_ABS_SAMPLE}"),
                 format!("{} at index {i}", wave[i]),
             ));
         }
@@ -614,5 +480,11 @@ mod tests {
             fb.compute(&[0.0, f32::NAN]),
             Err(Error::BadArgument { .. })
         ));
+        // 1e20 is finite, but its power overflows f32: +inf features before the bound.
+        let mut x = vec![0.0f32; 4000];
+        x[1000] = 1e20;
+        assert!(matches!(fb.compute(&x), Err(Error::BadArgument { .. })));
+        x[1000] = 65536.0;
+        assert!(fb.compute(&x).unwrap().iter().all(|v| v.is_finite()));
     }
 }

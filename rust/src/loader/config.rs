@@ -1,0 +1,184 @@
+//! [`LoaderConfig`]: every loader setting, its defaults and its validation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Train,
+    Eval,
+}
+
+/// Every loader setting. The Python twin is `birdjepa.data.LoaderConfig` (same names and defaults,
+/// checked by a test); it says there which settings shape the stream and which only affect speed.
+/// The binding reads it as JSON, so adding a setting is one field here and one there.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoaderConfig {
+    pub mode: Mode,
+    /// Global batch size (all processes together).
+    pub batch_size: usize,
+    pub seed: u64,
+    pub n_workers: usize,
+    pub process_index: usize,
+    pub process_count: usize,
+    pub n_views: usize,
+    pub n_frames: usize,
+    pub n_mels: usize,
+    pub block_size: u64,
+    pub shuffle_window: u64,
+    /// Assembled batches queued ahead of the consumer.
+    pub prefetch: usize,
+    /// Normalisation: `(x - mean) / (2 * std)`.
+    pub mean: f32,
+    pub std: f32,
+    pub max_replacements: u32,
+    /// "audio" (decode -> resample -> fbank) or "debug" (the codec-free test transform).
+    pub transform: String,
+    /// Clip duration in seconds and the target sample rate of the audio transform.
+    pub clip_s: f64,
+    pub sample_rate: u32,
+    pub audio_column: String,
+    pub label_column: Option<String>,
+    /// The debug transform's artificial per-sample delay (tests).
+    pub debug_delay_s: f64,
+    /// Stop once more than this fraction of the last `failure_window` samples failed (1.0: never).
+    pub max_failure_fraction: f64,
+    pub failure_window: usize,
+    /// The first global step to produce (the loader state, not a setting).
+    #[serde(skip)]
+    pub start_step: u64,
+    /// Samples dispatched but not yet assembled (bounds the re-sequencing buffer); 0: default.
+    #[serde(skip)]
+    pub in_flight: usize,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig {
+            mode: Mode::Train,
+            batch_size: 32,
+            seed: 0,
+            n_workers: 2,
+            process_index: 0,
+            process_count: 1,
+            n_views: 1,
+            n_frames: 512,
+            n_mels: 128,
+            block_size: 16,
+            shuffle_window: 8192,
+            prefetch: 2,
+            mean: -7.2,
+            std: 4.43,
+            max_replacements: 16,
+            transform: "audio".into(),
+            clip_s: 5.0,
+            sample_rate: 32000,
+            audio_column: "audio".into(),
+            label_column: Some("label".into()),
+            debug_delay_s: 0.0,
+            max_failure_fraction: 0.1,
+            failure_window: 512,
+            start_step: 0,
+            in_flight: 0,
+        }
+    }
+}
+
+fn at_least(name: &'static str, v: u64, min: u64) -> Result<()> {
+    if v < min {
+        return Err(Error::bad_argument(name, format!(">= {min}"), v));
+    }
+    Ok(())
+}
+
+impl LoaderConfig {
+    /// Check every field against the dataset size; errors name expected and actual values.
+    pub fn validate(&self, n_rows: u64) -> Result<()> {
+        if n_rows == 0 {
+            return Err(Error::bad_argument(
+                "shards",
+                "a dataset with at least one row",
+                "0 rows",
+            ));
+        }
+        at_least("batch_size", self.batch_size as u64, 1)?;
+        at_least("n_workers", self.n_workers as u64, 1)?;
+        at_least("process_count", self.process_count as u64, 1)?;
+        at_least("n_views", self.n_views as u64, 1)?;
+        at_least("n_frames", self.n_frames as u64, 1)?;
+        at_least("n_mels", self.n_mels as u64, 1)?;
+        at_least("block_size", self.block_size, 1)?;
+        at_least("shuffle_window", self.shuffle_window, 1)?;
+        at_least("prefetch", self.prefetch as u64, 1)?;
+        at_least("failure_window", self.failure_window as u64, 1)?;
+        if !(0.0..=1.0).contains(&self.max_failure_fraction) {
+            return Err(Error::bad_argument(
+                "max_failure_fraction",
+                "a number in [0, 1]",
+                self.max_failure_fraction,
+            ));
+        }
+        if self.process_index >= self.process_count {
+            return Err(Error::bad_argument(
+                "process_index",
+                format!("< process_count={}", self.process_count),
+                self.process_index,
+            ));
+        }
+        if !self.batch_size.is_multiple_of(self.process_count) {
+            return Err(Error::bad_argument(
+                "batch_size",
+                format!("a multiple of process_count={}", self.process_count),
+                self.batch_size,
+            ));
+        }
+        if !(self.std.is_finite() && self.std > 0.0) {
+            return Err(Error::bad_argument("std", "a finite value > 0", self.std));
+        }
+        if !self.mean.is_finite() {
+            return Err(Error::bad_argument("mean", "a finite value", self.mean));
+        }
+        Ok(())
+    }
+
+    /// Parse the JSON of `birdjepa.data.LoaderConfig` (missing fields take their defaults).
+    pub fn from_json(json: &str) -> Result<Self> {
+        serde_json::from_str(json).map_err(|e| {
+            Error::bad_argument("config", "the settings of birdjepa.data.LoaderConfig", e)
+        })
+    }
+
+    /// Every setting as JSON (`start_step` and `in_flight` are not settings).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a LoaderConfig always serialises")
+    }
+
+    /// Frames of one clip from the debug transform: Kaldi's count for `clip_s` (25 ms window,
+    /// 10 ms shift, snip edges), 498 for 5 s; at least 1.
+    pub fn debug_frames(&self) -> usize {
+        let ms = (self.clip_s * 1000.0).round_ties_even() as i64;
+        (1 + (ms - 25).div_euclid(10)).max(1) as usize
+    }
+
+    /// Slots of each global batch that this process produces.
+    pub fn local_batch(&self) -> usize {
+        self.batch_size / self.process_count
+    }
+
+    /// Samples dispatched but not yet assembled: `in_flight`, or by default 8 per worker (>= 16).
+    pub fn in_flight_or_default(&self) -> usize {
+        if self.in_flight > 0 {
+            self.in_flight
+        } else {
+            (8 * self.n_workers).max(16)
+        }
+    }
+
+    /// Number of global batches of one eval pass.
+    pub fn eval_batches(&self, n_rows: u64) -> u64 {
+        n_rows.div_ceil(self.batch_size as u64)
+    }
+}

@@ -1,0 +1,147 @@
+//! The deterministic loader pipeline: I/O thread -> N transform workers -> re-sequencing and
+//! batch assembly, joined by bounded channels.
+//!
+//! # The stream
+//!
+//! The global batch at step `s` is made of `batch_size` slots; slot `j` holds stream position
+//! `g = s * batch_size + j`.
+//!
+//! * Train: the row at `g` is `Order::index_at(g)` (see [`crate::order`]): an infinite stream of
+//!   epochs, each an exact permutation. View `v` of a row is cropped at
+//!   `Crop::Fraction(crop_fraction(seed, epoch, index, v))`.
+//! * Eval: the row at `g` is `g` itself (index order), centre crop (`Crop::Fraction(0.5)`),
+//!   finite: `ceil(n / batch_size)` batches; slots with `g >= n` are padding (`valid = false`,
+//!   `index = -1`).
+//!
+//! Process `p` of `P` owns slots `[p * b, (p + 1) * b)` with `b = batch_size / P`, so the union
+//! over processes of step `s` is the single-process global batch at step `s`.
+//!
+//! # Failures
+//!
+//! The transform is deterministic on (bytes, crop), so a sample that fails always fails. In train
+//! mode the owning process replaces a failed slot by the row at `g + k * batch_size` for the first
+//! `k = 1, 2, ...` (at most `max_replacements`) that succeeds: the same lane of a later batch.
+//! Only the owner decodes it, the choice is a pure function of the data, and the batch positions
+//! never shift, so the union property, determinism and O(1) resume all hold; the price is that
+//! the replacement row appears twice in that epoch. If every candidate fails, the slot is emitted
+//! with `valid = false`. In eval mode a failed slot is emitted with `valid = false` (and its real
+//! index), so every row is still visited exactly once.
+//!
+//! Because batch positions never depend on what happened before, the state of the stream is just
+//! the next step: restoring costs nothing beyond opening the dataset.
+
+mod config;
+mod guard;
+mod pipeline;
+mod sample;
+mod stages;
+mod stats;
+mod transform;
+
+use std::sync::Arc;
+
+use crate::clip::Transform;
+use crate::error::{Error, Result};
+use crate::order::Order;
+
+pub use config::{LoaderConfig, Mode};
+pub use pipeline::{Next, Pipeline};
+pub use stats::Stats;
+pub use transform::transform_factory;
+
+/// Builds one transform per worker thread.
+pub type TransformFactory = Arc<dyn Fn() -> Result<Box<dyn Transform>> + Send + Sync>;
+
+/// A sample that failed, for stats and logs.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub index: u64,
+    pub shard: u32,
+    pub row: u64,
+    pub error: String,
+    /// The error's kind ([`Error::kind`]), to tell the most common one.
+    pub kind: &'static str,
+}
+
+/// One local batch: this process's slice of global step `step`.
+#[derive(Debug)]
+pub struct Batch {
+    pub step: u64,
+    /// Row-major (n_views, batch, n_frames, n_mels).
+    pub data: Vec<f32>,
+    pub target: Vec<i64>,
+    pub index: Vec<i64>,
+    pub shard: Vec<i32>,
+    pub valid: Vec<bool>,
+    /// Samples that failed while producing this batch (replaced or marked invalid).
+    pub failures: Vec<Failure>,
+}
+
+/// The rows at stream positions `start..start + count` of the train order (diagnostics).
+/// `n_rows`, `block_size` and `shuffle_window` must be at least 1.
+pub fn train_indices(
+    n_rows: u64,
+    seed: u64,
+    block_size: u64,
+    shuffle_window: u64,
+    start: u64,
+    count: u64,
+) -> Result<Vec<u64>> {
+    for (name, v) in [
+        ("n_rows", n_rows),
+        ("block_size", block_size),
+        ("shuffle_window", shuffle_window),
+    ] {
+        if v == 0 {
+            return Err(Error::bad_argument(name, ">= 1", 0));
+        }
+    }
+    let o = Order::new(n_rows, seed, block_size, shuffle_window);
+    Ok((start..start + count).map(|g| o.index_at(g)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_json_round_trips_and_rejects_unknown_fields() {
+        let c = LoaderConfig {
+            batch_size: 8,
+            label_column: None,
+            ..Default::default()
+        };
+        let back = LoaderConfig::from_json(&c.to_json()).unwrap();
+        assert_eq!(back.to_json(), c.to_json());
+        let d = LoaderConfig::from_json("{}").unwrap();
+        assert_eq!(d.to_json(), LoaderConfig::default().to_json());
+        let e = LoaderConfig::from_json(r#"{"batch_sise": 8}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("config") && e.contains("batch_sise"), "{e}");
+        for (clip_s, frames) in [(5.0, 498), (0.1, 8), (0.01, 1)] {
+            let c = LoaderConfig {
+                clip_s,
+                ..Default::default()
+            };
+            assert_eq!(c.debug_frames(), frames, "{clip_s}");
+        }
+    }
+
+    #[test]
+    fn train_indices_rejects_zero_sizes_and_covers_every_row() {
+        for (args, name) in [
+            ((0, 1, 1), "n_rows"),
+            ((10, 0, 1), "block_size"),
+            ((10, 1, 0), "shuffle_window"),
+        ] {
+            let e = train_indices(args.0, 0, args.1, args.2, 0, 5)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(name) && e.contains(">= 1"), "{e}");
+        }
+        let mut epoch = train_indices(10, 3, 2, 4, 0, 10).unwrap();
+        epoch.sort_unstable();
+        assert_eq!(epoch, (0..10).collect::<Vec<u64>>());
+    }
+}

@@ -1,0 +1,525 @@
+//! [`Pipeline`]: starts the stages of [`super::stages`] and hands their batches to the caller.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
+
+use super::guard::FailureGuard;
+use super::sample::{Ctx, Done, Job};
+use super::stages::{spawn, Assembler, IoStage, Out, WorkerStage};
+use super::stats::{SharedStats, Stats};
+use super::{Batch, LoaderConfig, Mode, TransformFactory};
+use crate::error::{Error, Result};
+use crate::order::Order;
+use crate::shards::Dataset;
+
+/// What [`Pipeline::recv_timeout`] returns.
+pub enum Next {
+    Batch(Batch),
+    /// An eval pass is over.
+    End,
+    Timeout,
+    Error(Error),
+}
+
+/// A running pipeline. Dropping it (or [`Pipeline::close`]) stops and joins every thread.
+pub struct Pipeline {
+    rx: Option<Receiver<Out>>,
+    threads: Vec<JoinHandle<()>>,
+    stats: Arc<SharedStats>,
+    stop: Arc<AtomicBool>,
+    finished: bool,
+    /// Set once the pipeline failed; every later call reports it again.
+    failed: Option<String>,
+}
+
+impl Pipeline {
+    /// Validate, then start the threads. Fails fast if the transform cannot be built.
+    pub fn start(
+        ds: Arc<Dataset>,
+        cfg: LoaderConfig,
+        factory: TransformFactory,
+    ) -> Result<Pipeline> {
+        let n_rows = ds.n_rows();
+        cfg.validate(n_rows)?;
+        // Build one transform up front so that configuration errors surface here, not in a thread.
+        let mut first = Some(factory()?);
+        let in_flight = cfg.in_flight_or_default();
+        // Local slots to produce (None: infinite).
+        let total: Option<u64> = match cfg.mode {
+            Mode::Train => None,
+            Mode::Eval => Some(
+                cfg.eval_batches(n_rows).saturating_sub(cfg.start_step) * cfg.local_batch() as u64,
+            ),
+        };
+        let stats = Arc::new(SharedStats::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = Arc::new(Ctx {
+            order: Order::new(n_rows, cfg.seed, cfg.block_size, cfg.shuffle_window),
+            cfg: cfg.clone(),
+            n_rows,
+            stats: stats.clone(),
+            stop: stop.clone(),
+        });
+        let (tickets_tx, tickets_rx) = bounded::<()>(in_flight);
+        for _ in 0..in_flight {
+            tickets_tx.send(()).unwrap();
+        }
+        let (jobs_tx, jobs_rx) = bounded::<Job>(in_flight);
+        let (done_tx, done_rx) = bounded::<Done>(in_flight);
+        let (out_tx, out_rx) = bounded::<Out>(cfg.prefetch);
+
+        let io = IoStage {
+            ctx: ctx.clone(),
+            ds: ds.clone(),
+            tickets: tickets_rx,
+            jobs: jobs_tx,
+            total,
+        };
+        let mut threads = vec![spawn("birdjepa-io", move || io.run())?];
+        for w in 0..cfg.n_workers {
+            let worker = WorkerStage {
+                ctx: ctx.clone(),
+                ds: ds.clone(),
+                jobs: jobs_rx.clone(),
+                done: done_tx.clone(),
+                factory: factory.clone(),
+                first: first.take(),
+            };
+            threads.push(spawn(&format!("birdjepa-worker-{w}"), move || {
+                worker.run()
+            })?);
+        }
+        drop(jobs_rx);
+        drop(done_tx);
+        let assembler = Assembler {
+            guard: FailureGuard::new(cfg.failure_window, cfg.max_failure_fraction),
+            ctx,
+            ds,
+            done: done_rx,
+            tickets: tickets_tx,
+            out: out_tx,
+            total,
+        };
+        threads.push(spawn("birdjepa-assemble", move || assembler.run())?);
+
+        Ok(Pipeline {
+            rx: Some(out_rx),
+            threads,
+            stats,
+            stop,
+            finished: false,
+            failed: None,
+        })
+    }
+
+    /// Wait up to `timeout` for the next batch.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Next {
+        if let Some(msg) = &self.failed {
+            return Next::Error(Error::pipeline(format!(
+                "the loader stopped after an error: {msg}"
+            )));
+        }
+        if self.finished {
+            return Next::End;
+        }
+        let Some(rx) = &self.rx else {
+            return Next::Error(Error::bad_argument(
+                "loader",
+                "an open loader",
+                "a closed loader",
+            ));
+        };
+        match rx.recv_timeout(timeout) {
+            Ok(Out::Batch(b)) => Next::Batch(b),
+            Ok(Out::End) => {
+                self.finished = true;
+                Next::End
+            }
+            Ok(Out::Error(e)) => {
+                self.failed = Some(e.to_string());
+                Next::Error(e)
+            }
+            Err(RecvTimeoutError::Timeout) => Next::Timeout,
+            Err(RecvTimeoutError::Disconnected) => {
+                let detail = "the loader pipeline stopped unexpectedly (a thread panicked)";
+                self.failed = Some(detail.into());
+                Next::Error(Error::pipeline(detail))
+            }
+        }
+    }
+
+    /// Block until the next batch; `None` at the end of an eval pass.
+    pub fn next_batch(&mut self) -> Option<Result<Batch>> {
+        loop {
+            match self.recv_timeout(Duration::from_millis(50)) {
+                Next::Batch(b) => return Some(Ok(b)),
+                Next::End => return None,
+                Next::Error(e) => return Some(Err(e)),
+                Next::Timeout => {}
+            }
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats.snapshot(self.rx.as_ref().map_or(0, |r| r.len()))
+    }
+
+    /// Stop and join every thread. Idempotent. Waits at most for in-progress transforms.
+    pub fn close(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.rx = None; // disconnects the assembler, which cascades to the other stages
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clip::{Crop, Transform};
+    use crate::debug_transform::DebugTransform;
+    use crate::shards::testutil::*;
+    use crate::shards::Format;
+    use std::path::PathBuf;
+
+    fn dataset(name: &str, corrupt: &[u64]) -> Arc<Dataset> {
+        let d = tmpdir(name);
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for (k, r) in [(0u64, 0..300u64), (1, 300..500), (2, 500..777)] {
+            let p = d.join(format!("s{k}.arrow"));
+            write_shard(
+                &p,
+                r,
+                50,
+                if k == 1 { Format::File } else { Format::Stream },
+            );
+            paths.push(p);
+        }
+        if !corrupt.is_empty() {
+            // Rewrite shard 0 with corrupt payloads at the given rows.
+            let p = &paths[0];
+            let f = std::fs::File::create(p).unwrap();
+            let b0 = hf_batch(0..0, |_| 0);
+            let mut w = arrow_ipc::writer::StreamWriter::try_new(f, &b0.schema()).unwrap();
+            let mut bytes = arrow_array::builder::BinaryBuilder::new();
+            let mut paths_b = arrow_array::builder::StringBuilder::new();
+            for i in 0..300u64 {
+                if corrupt.contains(&i) {
+                    bytes.append_value(b"CORRUPT");
+                } else {
+                    bytes.append_value(payload(i));
+                }
+                paths_b.append_value("x");
+            }
+            let base = hf_batch(0..300, |i| (i % 10) as i64);
+            let audio = base
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow_array::StructArray>()
+                .unwrap();
+            let audio = arrow_array::StructArray::new(
+                audio.fields().clone(),
+                vec![Arc::new(bytes.finish()), Arc::new(paths_b.finish())],
+                None,
+            );
+            let batch = arrow_array::RecordBatch::try_new(
+                base.schema(),
+                vec![Arc::new(audio), base.column(1).clone()],
+            )
+            .unwrap();
+            w.write(&batch).unwrap();
+            w.finish().unwrap();
+        }
+        Arc::new(Dataset::open(&paths, "audio", Some("label")).unwrap())
+    }
+
+    fn debug_factory(delay_ms: u64) -> TransformFactory {
+        Arc::new(move || {
+            Ok(
+                Box::new(DebugTransform::new(6, 4, Duration::from_millis(delay_ms)))
+                    as Box<dyn Transform>,
+            )
+        })
+    }
+
+    fn cfg(mode: Mode) -> LoaderConfig {
+        LoaderConfig {
+            mode,
+            batch_size: 16,
+            seed: 7,
+            n_frames: 8,
+            n_mels: 4,
+            block_size: 8,
+            shuffle_window: 64,
+            ..Default::default()
+        }
+    }
+
+    fn take(ds: &Arc<Dataset>, c: LoaderConfig, n: usize) -> Vec<Batch> {
+        let mut p = Pipeline::start(ds.clone(), c, debug_factory(0)).unwrap();
+        (0..n)
+            .map_while(|_| p.next_batch().map(|b| b.unwrap()))
+            .collect()
+    }
+
+    fn same(a: &[Batch], b: &[Batch]) {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert_eq!(x.step, y.step);
+            assert_eq!(x.index, y.index);
+            assert_eq!(x.target, y.target);
+            assert_eq!(x.valid, y.valid);
+            assert_eq!(
+                x.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                y.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn deterministic_across_worker_counts_and_resume() {
+        let ds = dataset("pipe-det", &[]);
+        let base = take(
+            &ds,
+            LoaderConfig {
+                n_workers: 1,
+                ..cfg(Mode::Train)
+            },
+            120,
+        );
+        for w in [2, 8] {
+            same(
+                &base,
+                &take(
+                    &ds,
+                    LoaderConfig {
+                        n_workers: w,
+                        ..cfg(Mode::Train)
+                    },
+                    120,
+                ),
+            );
+        }
+        for s in [1u64, 48, 49, 97] {
+            let resumed = take(
+                &ds,
+                LoaderConfig {
+                    start_step: s,
+                    n_workers: 3,
+                    ..cfg(Mode::Train)
+                },
+                120 - s as usize,
+            );
+            same(&base[s as usize..], &resumed);
+        }
+        // Epochs are permutations: 777 rows, 120 * 16 = 1920 positions >= 2 epochs.
+        let flat: Vec<i64> = base.iter().flat_map(|b| b.index.clone()).collect();
+        for e in 0..2 {
+            let mut ep: Vec<i64> = flat[e * 777..(e + 1) * 777].to_vec();
+            ep.sort();
+            assert_eq!(ep, (0..777).collect::<Vec<_>>());
+        }
+        // Padding and normalisation: frames 6 and 7 are zero; the rest are normalised.
+        let b = &base[0];
+        let m = 4;
+        assert!(b.data[6 * m..8 * m].iter().all(|&v| v == 0.0));
+        assert!(b.data[..6 * m].iter().all(|&v| v.abs() < 1.0 && v != 0.0));
+    }
+
+    #[test]
+    fn processes_union_to_the_global_batch() {
+        let ds = dataset("pipe-union", &[3, 4, 100]);
+        let c = LoaderConfig {
+            n_views: 2,
+            ..cfg(Mode::Train)
+        };
+        let whole = take(&ds, c.clone(), 60);
+        let parts: Vec<Vec<Batch>> = (0..4)
+            .map(|p| {
+                take(
+                    &ds,
+                    LoaderConfig {
+                        process_index: p,
+                        process_count: 4,
+                        ..c.clone()
+                    },
+                    60,
+                )
+            })
+            .collect();
+        let t = c.n_frames * c.n_mels;
+        for (s, w) in whole.iter().enumerate() {
+            let idx: Vec<i64> = parts.iter().flat_map(|p| p[s].index.clone()).collect();
+            assert_eq!(idx, w.index);
+            for v in 0..2 {
+                let mut data = Vec::new();
+                for p in &parts {
+                    data.extend_from_slice(&p[s].data[v * 4 * t..(v + 1) * 4 * t]);
+                }
+                assert_eq!(data, w.data[v * 16 * t..(v + 1) * 16 * t]);
+            }
+        }
+        // Corrupt rows never appear; they were replaced.
+        let flat: Vec<i64> = whole.iter().flat_map(|b| b.index.clone()).collect();
+        assert!(!flat.iter().any(|i| [3, 4, 100].contains(i)));
+        assert!(whole.iter().all(|b| b.valid.iter().all(|&v| v)));
+        let n_fail: usize = whole.iter().map(|b| b.failures.len()).sum();
+        assert!(n_fail >= 3, "{n_fail}");
+    }
+
+    #[test]
+    fn eval_is_finite_ordered_and_padded() {
+        let ds = dataset("pipe-eval", &[10]);
+        let c = LoaderConfig {
+            n_workers: 3,
+            ..cfg(Mode::Eval)
+        };
+        let all = take(&ds, c.clone(), 1000);
+        assert_eq!(all.len(), 777usize.div_ceil(16));
+        let flat: Vec<i64> = all.iter().flat_map(|b| b.index.clone()).collect();
+        let want: Vec<i64> = (0..777)
+            .chain(std::iter::repeat_n(-1, 49 * 16 - 777))
+            .collect();
+        assert_eq!(flat, want);
+        let valid: Vec<bool> = all.iter().flat_map(|b| b.valid.clone()).collect();
+        assert!(!valid[10] && valid[11] && !valid[777]);
+        same(&all, &take(&ds, c.clone(), 1000));
+        let resumed = take(
+            &ds,
+            LoaderConfig {
+                start_step: 40,
+                ..c
+            },
+            1000,
+        );
+        same(&all[40..], &resumed);
+    }
+
+    #[test]
+    fn bad_arguments_name_expected_and_actual() {
+        let ds = dataset("pipe-args", &[]);
+        let e = |c: LoaderConfig| {
+            Pipeline::start(ds.clone(), c, debug_factory(0))
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        assert!(e(LoaderConfig {
+            batch_size: 0,
+            ..cfg(Mode::Train)
+        })
+        .contains("batch_size"));
+        assert!(e(LoaderConfig {
+            n_workers: 0,
+            ..cfg(Mode::Train)
+        })
+        .contains("n_workers"));
+        let msg = e(LoaderConfig {
+            process_count: 3,
+            ..cfg(Mode::Train)
+        });
+        assert!(
+            msg.contains("multiple of process_count=3") && msg.contains("16"),
+            "{msg}"
+        );
+    }
+
+    /// A transform whose output has the wrong number of mel bins: a configuration error.
+    struct WrongMels;
+    impl Transform for WrongMels {
+        fn apply(&mut self, _: &[u8], _: Crop) -> Result<crate::clip::Features> {
+            Ok(crate::clip::Features {
+                data: vec![0.0; 6],
+                n_frames: 2,
+                n_mels: 3,
+                seeked: true,
+            })
+        }
+    }
+
+    #[test]
+    fn configuration_errors_stop_the_loader_and_stick() {
+        let ds = dataset("pipe-fatal", &[]);
+        let f: TransformFactory = Arc::new(|| Ok(Box::new(WrongMels) as Box<dyn Transform>));
+        let mut p = Pipeline::start(ds, cfg(Mode::Train), f).unwrap();
+        let e = p.next_batch().unwrap().err().unwrap().to_string();
+        assert!(
+            e.contains("n_mels") && e.contains("4 mel bins") && e.contains("3 mels"),
+            "{e}"
+        );
+        let again = p.next_batch().unwrap().err().unwrap().to_string();
+        assert!(again.contains("stopped after an error"), "{again}");
+    }
+
+    /// The debug transform, but a panic on the payload of row 5 (a bug in some transform).
+    struct PanicsOnRow5(DebugTransform);
+    impl Transform for PanicsOnRow5 {
+        fn apply(&mut self, data: &[u8], crop: Crop) -> Result<crate::clip::Features> {
+            assert!(data != payload(5).as_slice(), "boom on row 5");
+            self.0.apply(data, crop)
+        }
+    }
+
+    #[test]
+    fn a_panicking_transform_fails_its_sample_not_the_loader() {
+        let ds = dataset("pipe-panic", &[]);
+        let f: TransformFactory = Arc::new(|| {
+            Ok(
+                Box::new(PanicsOnRow5(DebugTransform::new(6, 4, Duration::ZERO)))
+                    as Box<dyn Transform>,
+            )
+        });
+        let c = LoaderConfig {
+            n_workers: 2,
+            ..cfg(Mode::Eval)
+        };
+        let mut p = Pipeline::start(ds, c, f).unwrap();
+        let batches: Vec<Batch> =
+            std::iter::from_fn(|| p.next_batch().map(|b| b.unwrap())).collect();
+        assert_eq!(batches.len(), 777_usize.div_ceil(16));
+        let b = &batches[0]; // eval order: row 5 is in the first batch
+        assert!(!b.valid[5] && b.valid.iter().filter(|v| !**v).count() == 1);
+        assert!(
+            b.failures.len() == 1
+                && b.failures[0]
+                    .error
+                    .contains("transform panicked: boom on row 5"),
+            "{:?}",
+            b.failures
+        );
+        assert!(batches[1..].iter().all(|b| b.failures.is_empty()));
+    }
+
+    #[test]
+    fn close_joins_quickly_with_a_slow_transform() {
+        let ds = dataset("pipe-close", &[]);
+        let mut p = Pipeline::start(
+            ds,
+            LoaderConfig {
+                n_workers: 4,
+                ..cfg(Mode::Train)
+            },
+            debug_factory(20),
+        )
+        .unwrap();
+        let _ = p.next_batch();
+        let t = std::time::Instant::now();
+        p.close();
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+}

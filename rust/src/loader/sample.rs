@@ -1,0 +1,244 @@
+//! One slot's work on a transform thread: read the row, featurize every view, and in train mode
+//! replace a failed sample by the same lane of a later batch.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::stats::SharedStats;
+use super::{Failure, LoaderConfig, Mode};
+use crate::clip::{Crop, Transform};
+use crate::decode::panic_message;
+use crate::error::{Error, Result};
+use crate::order::{crop_fraction, Order};
+use crate::shards::{Reader, SampleRef};
+
+/// What the I/O thread hands a transform worker: one local slot `q`.
+pub(super) enum Job {
+    /// Eval padding past the end of the dataset.
+    Pad { q: u64 },
+    Sample {
+        q: u64,
+        g: u64,
+        index: u64,
+        primary: Result<SampleRef>,
+    },
+}
+
+/// One slot's features and identity, ready to be copied into its batch.
+pub(super) struct Row {
+    pub(super) data: Vec<f32>,
+    pub(super) label: i64,
+    pub(super) index: i64,
+    pub(super) shard: i32,
+    pub(super) valid: bool,
+}
+
+/// What a transform worker hands the assembler.
+pub(super) enum Done {
+    Slot {
+        q: u64,
+        row: Option<Row>,
+        failures: Vec<Failure>,
+    },
+    /// A configuration error: the pipeline stops.
+    Fatal(Error),
+}
+
+/// Shared, read-only context of the worker threads.
+pub(super) struct Ctx {
+    pub(super) cfg: LoaderConfig,
+    pub(super) order: Order,
+    pub(super) n_rows: u64,
+    pub(super) stats: Arc<SharedStats>,
+    pub(super) stop: Arc<AtomicBool>,
+}
+
+impl Ctx {
+    fn record_failure(&self, f: &Failure) {
+        self.stats.record_failure(f);
+    }
+
+    /// Stream position -> row.
+    pub(super) fn index_at(&self, g: u64) -> u64 {
+        match self.cfg.mode {
+            Mode::Train => self.order.index_at(g),
+            Mode::Eval => g,
+        }
+    }
+}
+
+/// A failure that is the sample's fault (skip it) or the configuration's (stop the loader).
+enum SampleError {
+    Sample(Error),
+    Fatal(Error),
+}
+
+impl From<Error> for SampleError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::BadArgument { .. }
+            | Error::StateMismatch { .. }
+            | Error::ShardChanged { .. } => SampleError::Fatal(e),
+            e => SampleError::Sample(e),
+        }
+    }
+}
+
+/// Transform every view of one sample into normalised, padded (n_views, n_frames, n_mels).
+fn featurize(
+    ctx: &Ctx,
+    t: &mut dyn Transform,
+    reader: &Reader,
+    s: &SampleRef,
+    g: u64,
+) -> std::result::Result<Vec<f32>, SampleError> {
+    let bytes = reader.read(s)?;
+    let c = &ctx.cfg;
+    let (tf, m) = (c.n_frames, c.n_mels);
+    let mut out = vec![0f32; c.n_views * tf * m];
+    let epoch = g / ctx.n_rows;
+    let scale = 1.0 / (2.0 * c.std);
+    for v in 0..c.n_views {
+        let crop = match c.mode {
+            Mode::Train => Crop::Fraction(crop_fraction(c.seed, epoch, s.index, v as u64)),
+            Mode::Eval => Crop::Fraction(0.5),
+        };
+        let f = t.apply(bytes.as_slice(), crop)?;
+        if f.n_mels != m || f.data.len() != f.n_frames * f.n_mels {
+            return Err(SampleError::Fatal(Error::bad_argument(
+                "n_mels",
+                format!("transform output with {m} mel bins"),
+                format!(
+                    "{} mels x {} frames in {} values",
+                    f.n_mels,
+                    f.n_frames,
+                    f.data.len()
+                ),
+            )));
+        }
+        let keep = f.n_frames.min(tf);
+        let dst = &mut out[v * tf * m..v * tf * m + keep * m];
+        for (d, &x) in dst.iter_mut().zip(&f.data[..keep * m]) {
+            *d = (x - c.mean) * scale;
+        }
+        // Frames past the clip stay 0.0: the dataset mean after normalisation.
+    }
+    Ok(out)
+}
+
+/// `featurize`, with a panic in the transform turned into this sample's failure (counted and
+/// replaced like any bad recording) instead of a worker thread that dies and a loader that hangs.
+fn featurize_guarded(
+    ctx: &Ctx,
+    t: &mut dyn Transform,
+    reader: &Reader,
+    s: &SampleRef,
+    g: u64,
+) -> std::result::Result<Vec<f32>, SampleError> {
+    catch_unwind(AssertUnwindSafe(|| featurize(ctx, t, reader, s, g))).unwrap_or_else(|payload| {
+        Err(SampleError::Sample(Error::corrupt(format!(
+            "transform panicked: {}",
+            panic_message(&*payload)
+        ))))
+    })
+}
+
+pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: Job) -> Done {
+    let (q, g0, index0, primary) = match job {
+        Job::Pad { q } => {
+            return Done::Slot {
+                q,
+                row: None,
+                failures: vec![],
+            }
+        }
+        Job::Sample {
+            q,
+            g,
+            index,
+            primary,
+        } => (q, g, index, primary),
+    };
+    let tries = match ctx.cfg.mode {
+        Mode::Train => ctx.cfg.max_replacements as u64 + 1,
+        Mode::Eval => 1,
+    };
+    let mut failures = Vec::new();
+    let mut first = Some(primary);
+    let (mut g, mut index) = (g0, index0);
+    for k in 0..tries {
+        let candidate = match first.take() {
+            Some(p) => p,
+            None => {
+                if ctx.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                g = g0 + k * ctx.cfg.batch_size as u64;
+                index = ctx.index_at(g);
+                reader.sample(index)
+            }
+        };
+        let f = match candidate {
+            Ok(s) => match featurize_guarded(ctx, t, reader, &s, g) {
+                Ok(data) => {
+                    ctx.stats.decoded.fetch_add(1, Ordering::Relaxed);
+                    if k > 0 {
+                        ctx.stats.replaced.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let row = Row {
+                        data,
+                        label: s.label,
+                        index: s.index as i64,
+                        shard: s.shard as i32,
+                        valid: true,
+                    };
+                    return Done::Slot {
+                        q,
+                        row: Some(row),
+                        failures,
+                    };
+                }
+                Err(SampleError::Fatal(e)) => return Done::Fatal(e),
+                Err(SampleError::Sample(e)) => Failure {
+                    index,
+                    shard: s.shard,
+                    row: s.row,
+                    error: e.to_string(),
+                    kind: e.kind(),
+                },
+            },
+            Err(e) => match SampleError::from(e) {
+                SampleError::Fatal(e) => return Done::Fatal(e),
+                SampleError::Sample(e) => {
+                    let (shard, row) = reader.dataset().locate(index);
+                    Failure {
+                        index,
+                        shard: shard as u32,
+                        row,
+                        error: e.to_string(),
+                        kind: e.kind(),
+                    }
+                }
+            },
+        };
+        ctx.record_failure(&f);
+        failures.push(f);
+    }
+    // Every candidate failed: an invalid slot carrying the original row's identity.
+    ctx.stats.invalid.fetch_add(1, Ordering::Relaxed);
+    let (shard, _) = reader.dataset().locate(index0);
+    let label = reader.sample(index0).map(|s| s.label).unwrap_or(-1);
+    let n = ctx.cfg.n_views * ctx.cfg.n_frames * ctx.cfg.n_mels;
+    Done::Slot {
+        q,
+        row: Some(Row {
+            data: vec![0.0; n],
+            label,
+            index: index0 as i64,
+            shard: shard as i32,
+            valid: false,
+        }),
+        failures,
+    }
+}

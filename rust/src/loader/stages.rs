@@ -1,0 +1,224 @@
+//! The three pipeline stages, each the body of its own thread(s), joined by bounded channels:
+//!
+//! 1. [`IoStage`]: resolve each local slot's row (the order) and ask the kernel to read its bytes;
+//! 2. [`WorkerStage`] (`n_workers` of them): transform the slot's sample ([`super::sample::work`]);
+//! 3. [`Assembler`]: put finished slots back in sequence order and assemble batches.
+//!
+//! Tickets bound the work in flight: the I/O stage takes one per slot, the assembler returns it
+//! once the slot is placed, so the re-sequencing buffer never holds more than `in_flight` slots.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::guard::FailureGuard;
+use super::sample::{work, Ctx, Done, Job, Row};
+use super::{Batch, Failure, Mode, TransformFactory};
+use crate::clip::Transform;
+use crate::error::{Error, Result};
+use crate::shards::{Dataset, Reader};
+
+/// What the assembler hands the consumer.
+pub(super) enum Out {
+    Batch(Batch),
+    End,
+    Error(Error),
+}
+
+/// Start a named thread; the OS refusing is an [`Error::Thread`].
+pub(super) fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .map_err(|source| Error::Thread {
+            name: name.to_string(),
+            source,
+        })
+}
+
+/// Stage 1: order + I/O.
+pub(super) struct IoStage {
+    pub ctx: Arc<Ctx>,
+    pub ds: Arc<Dataset>,
+    pub tickets: Receiver<()>,
+    pub jobs: Sender<Job>,
+    /// Local slots to produce (None: infinite).
+    pub total: Option<u64>,
+}
+
+impl IoStage {
+    pub fn run(self) {
+        let c = &self.ctx.cfg;
+        let b = c.local_batch() as u64;
+        let slot0 = (c.process_index as u64) * b;
+        let mut reader = Reader::new(self.ds.clone(), 64);
+        let mut q = 0u64;
+        while self.total.is_none_or(|t| q < t) {
+            if self.tickets.recv().is_err() || self.ctx.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let step = c.start_step + q / b;
+            let g = step * c.batch_size as u64 + slot0 + q % b;
+            if self.jobs.send(self.job(&mut reader, q, g)).is_err() {
+                return;
+            }
+            q += 1;
+        }
+    }
+
+    /// The job of local slot `q` at stream position `g`; starts reading its bytes.
+    fn job(&self, reader: &mut Reader, q: u64, g: u64) -> Job {
+        if self.ctx.cfg.mode == Mode::Eval && g >= self.ctx.n_rows {
+            return Job::Pad { q };
+        }
+        let index = self.ctx.index_at(g);
+        let primary = reader.sample(index);
+        if let Ok(s) = &primary {
+            reader.prefetch(s);
+        }
+        Job::Sample {
+            q,
+            g,
+            index,
+            primary,
+        }
+    }
+}
+
+/// Stage 2: one transform worker.
+pub(super) struct WorkerStage {
+    pub ctx: Arc<Ctx>,
+    pub ds: Arc<Dataset>,
+    pub jobs: Receiver<Job>,
+    pub done: Sender<Done>,
+    pub factory: TransformFactory,
+    /// The transform built up front by [`super::Pipeline::start`] (the first worker gets it).
+    pub first: Option<Box<dyn Transform>>,
+}
+
+impl WorkerStage {
+    pub fn run(self) {
+        let WorkerStage {
+            ctx,
+            ds,
+            jobs,
+            done,
+            factory,
+            first,
+        } = self;
+        let mut t = match first.map_or_else(|| factory(), Ok) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = done.send(Done::Fatal(e));
+                return;
+            }
+        };
+        let mut reader = Reader::new(ds, 16);
+        while let Ok(job) = jobs.recv() {
+            if ctx.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let d = work(&ctx, t.as_mut(), &mut reader, job);
+            let fatal = matches!(d, Done::Fatal(_));
+            if done.send(d).is_err() || fatal {
+                return;
+            }
+        }
+    }
+}
+
+/// Stage 3: re-sequencing and batch assembly.
+pub(super) struct Assembler {
+    pub ctx: Arc<Ctx>,
+    pub ds: Arc<Dataset>,
+    pub guard: FailureGuard,
+    pub done: Receiver<Done>,
+    pub tickets: Sender<()>,
+    pub out: Sender<Out>,
+    pub total: Option<u64>,
+}
+
+impl Assembler {
+    pub fn run(mut self) {
+        let b = self.ctx.cfg.local_batch();
+        let mut batch = self.new_batch(self.ctx.cfg.start_step);
+        let mut pending: HashMap<u64, (Option<Row>, Vec<Failure>)> = HashMap::new();
+        let mut next_q = 0u64;
+        if self.total == Some(0) {
+            let _ = self.out.send(Out::End);
+            return;
+        }
+        while let Ok(done) = self.done.recv() {
+            match done {
+                Done::Fatal(e) => {
+                    let _ = self.out.send(Out::Error(e));
+                    return;
+                }
+                Done::Slot { q, row, failures } => {
+                    pending.insert(q, (row, failures));
+                }
+            }
+            while let Some((row, failures)) = pending.remove(&next_q) {
+                let slot = (next_q % b as u64) as usize;
+                self.guard
+                    .record(&failures, row.as_ref().is_some_and(|r| r.valid));
+                let end = self.total == Some(next_q + 1);
+                if let Err(e) = self.guard.check(&self.ds, end) {
+                    let _ = self.out.send(Out::Error(e));
+                    return;
+                }
+                if let Some(row) = row {
+                    self.place(&mut batch, slot, row);
+                }
+                batch.failures.extend(failures);
+                let _ = self.tickets.send(());
+                next_q += 1;
+                if slot == b - 1 {
+                    let step = batch.step;
+                    let full = std::mem::replace(&mut batch, self.new_batch(step + 1));
+                    if self.out.send(Out::Batch(full)).is_err() {
+                        return;
+                    }
+                }
+                if self.total == Some(next_q) {
+                    let _ = self.out.send(Out::End);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// An empty local batch: zero data, padding identity everywhere.
+    fn new_batch(&self, step: u64) -> Batch {
+        let c = &self.ctx.cfg;
+        let b = c.local_batch();
+        Batch {
+            step,
+            data: vec![0.0; c.n_views * b * c.n_frames * c.n_mels],
+            target: vec![-1; b],
+            index: vec![-1; b],
+            shard: vec![-1; b],
+            valid: vec![false; b],
+            failures: Vec::new(),
+        }
+    }
+
+    /// Copy `row` into `slot` of `batch`; the views are interleaved as (n_views, batch, ...).
+    fn place(&self, batch: &mut Batch, slot: usize, row: Row) {
+        let c = &self.ctx.cfg;
+        let b = c.local_batch();
+        let sample_len = c.n_frames * c.n_mels;
+        for v in 0..c.n_views {
+            let dst = (v * b + slot) * sample_len;
+            batch.data[dst..dst + sample_len]
+                .copy_from_slice(&row.data[v * sample_len..(v + 1) * sample_len]);
+        }
+        batch.target[slot] = row.label;
+        batch.index[slot] = row.index;
+        batch.shard[slot] = row.shard;
+        batch.valid[slot] = row.valid;
+    }
+}

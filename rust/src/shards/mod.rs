@@ -1,0 +1,392 @@
+//! Hugging Face Arrow shards: open, index and read single samples lazily.
+//!
+//! Opening a shard reads only IPC message *metadata*: for the stream format (what `datasets`
+//! writes to its cache and `save_to_disk`) we walk the message headers, parsing each message's
+//! flatbuffer and skipping its body by length; for the file format the footer lists the record
+//! batch blocks and we read each block's metadata for its row count. Audio bodies are never
+//! touched at open. At sample time [`Reader`] decodes the one record batch that holds the row
+//! (reading only the offsets, validity and labels of the audio and label columns) and keeps
+//! recently used batches in a small cache; a sample's audio bytes are read on their own
+//! ([`Reader::read`]). Every read checks that the shard did not change since it was opened
+//! (see `source.rs`).
+
+mod batch;
+mod ipc;
+mod shard;
+mod source;
+#[cfg(test)]
+pub(crate) mod testutil;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow_buffer::Buffer;
+
+use crate::error::{Error, Result};
+pub use batch::AudioBytes;
+use batch::DecodedBatch;
+pub use shard::Shard;
+
+/// Which IPC container a shard uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Stream,
+    File,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Stream => "stream",
+            Format::File => "file",
+        }
+    }
+}
+
+/// All shards of a dataset, in order; a row's global index counts through them.
+pub struct Dataset {
+    shards: Vec<Shard>,
+    /// Global index of each shard's first row, plus the total at the end.
+    starts: Vec<u64>,
+    audio_column: String,
+    label_column: Option<String>,
+}
+
+impl Dataset {
+    /// Open and index every shard. Errors name the file and column.
+    pub fn open(
+        paths: &[PathBuf],
+        audio_column: &str,
+        label_column: Option<&str>,
+    ) -> Result<Dataset> {
+        if paths.is_empty() {
+            return Err(Error::bad_argument(
+                "shards",
+                "at least one shard path",
+                "an empty list",
+            ));
+        }
+        let mut shards = Vec::with_capacity(paths.len());
+        let mut starts = vec![0u64];
+        for p in paths {
+            let s = Shard::open(p, audio_column, label_column)?;
+            starts.push(starts.last().unwrap() + s.n_rows);
+            shards.push(s);
+        }
+        Ok(Dataset {
+            shards,
+            starts,
+            audio_column: audio_column.to_string(),
+            label_column: label_column.map(str::to_string),
+        })
+    }
+
+    pub fn n_rows(&self) -> u64 {
+        *self.starts.last().unwrap()
+    }
+
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// (shard, row within shard) of global row `index`.
+    pub fn locate(&self, index: u64) -> (usize, u64) {
+        let s = self.starts.partition_point(|&st| st <= index) - 1;
+        (s, index - self.starts[s])
+    }
+
+    /// The shard number of every row (for diagnostics).
+    pub fn shard_ids(&self) -> Vec<i32> {
+        let mut out = Vec::with_capacity(self.n_rows() as usize);
+        for (i, s) in self.shards.iter().enumerate() {
+            out.extend(std::iter::repeat_n(i as i32, s.n_rows as usize));
+        }
+        out
+    }
+
+    /// The label column's range (None without a label column), reading only that column.
+    pub fn label_range(&self) -> Result<Option<LabelRange>> {
+        let Some(l) = &self.label_column else {
+            return Ok(None);
+        };
+        let mut out = LabelRange::default();
+        for (i, s) in self.shards.iter().enumerate() {
+            out.merge(s.label_range(i as u32, l)?);
+        }
+        Ok(Some(out))
+    }
+
+    /// Every row's label (-1 without a label column), reading only the label column.
+    pub fn labels(&self) -> Result<Vec<i64>> {
+        match &self.label_column {
+            None => Ok(vec![-1; self.n_rows() as usize]),
+            Some(l) => {
+                let mut out = Vec::with_capacity(self.n_rows() as usize);
+                for s in &self.shards {
+                    out.extend(s.labels(l)?);
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// The range of a label column: min and max non-null label and their (shard, row), and nulls.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelRange {
+    /// (label, shard, row) of the smallest and the largest label; None if all are null.
+    pub min: Option<(i64, u32, u64)>,
+    pub max: Option<(i64, u32, u64)>,
+    pub nulls: u64,
+}
+
+impl LabelRange {
+    fn add(&mut self, v: Option<i64>, (shard, row): (u32, u64)) {
+        let Some(v) = v else {
+            self.nulls += 1;
+            return;
+        };
+        if self.min.is_none_or(|m| v < m.0) {
+            self.min = Some((v, shard, row));
+        }
+        if self.max.is_none_or(|m| v > m.0) {
+            self.max = Some((v, shard, row));
+        }
+    }
+
+    fn merge(&mut self, o: LabelRange) {
+        for (v, s, r) in [o.min, o.max].into_iter().flatten() {
+            self.add(Some(v), (s, r));
+        }
+        self.nulls += o.nulls;
+    }
+}
+
+/// One sample's location, label and where its encoded bytes are ([`Reader::read`] reads them).
+#[derive(Clone)]
+pub struct SampleRef {
+    pub index: u64,
+    pub shard: u32,
+    pub row: u64,
+    pub label: i64,
+    pub bytes: AudioBytes,
+}
+
+/// Reads samples with a small cache of recently decoded record batches. One per thread.
+pub struct Reader {
+    ds: Arc<Dataset>,
+    cache: Vec<((usize, usize), Arc<DecodedBatch>)>,
+    capacity: usize,
+}
+
+impl Reader {
+    pub fn new(ds: Arc<Dataset>, capacity: usize) -> Self {
+        Reader {
+            ds,
+            cache: Vec::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.ds
+    }
+
+    fn batch(&mut self, shard: usize, bi: usize) -> Result<Arc<DecodedBatch>> {
+        if let Some(pos) = self.cache.iter().position(|(k, _)| *k == (shard, bi)) {
+            let entry = self.cache.remove(pos);
+            let b = entry.1.clone();
+            self.cache.push(entry); // most recent at the end
+            return Ok(b);
+        }
+        let s = &self.ds.shards[shard];
+        let b =
+            Arc::new(s.decode_batch(bi, self.ds.label_column.as_deref(), &self.ds.audio_column)?);
+        if self.cache.len() >= self.capacity {
+            self.cache.remove(0);
+        }
+        self.cache.push(((shard, bi), b.clone()));
+        Ok(b)
+    }
+
+    /// The sample at global row `index`. A null audio value is an `EmptyAudio` error.
+    pub fn sample(&mut self, index: u64) -> Result<SampleRef> {
+        let (shard, row) = self.ds.locate(index);
+        let s = &self.ds.shards[shard];
+        let bi = s.batch_of(row);
+        let first_row = s.batches[bi].first_row;
+        let b = self.batch(shard, bi)?;
+        let r = (row - first_row) as usize;
+        let bytes = b.bytes(r).ok_or_else(|| Error::EmptyAudio {
+            detail: format!(
+                "{} row {row}: audio is null",
+                self.ds.shards[shard].path.display()
+            ),
+        })?;
+        Ok(SampleRef {
+            index,
+            shard: shard as u32,
+            row,
+            label: b.labels[r],
+            bytes,
+        })
+    }
+
+    /// Start reading a sample's bytes into the page cache.
+    pub fn prefetch(&self, s: &SampleRef) {
+        if let AudioBytes::File { offset, len } = s.bytes {
+            self.ds.shards[s.shard as usize].prefetch(offset, len);
+        }
+    }
+
+    /// A sample's encoded audio. `Error::ShardChanged` if its shard changed since it was opened.
+    pub fn read(&self, s: &SampleRef) -> Result<Buffer> {
+        match &s.bytes {
+            AudioBytes::File { offset, len } => {
+                self.ds.shards[s.shard as usize].read_bytes(*offset, *len)
+            }
+            AudioBytes::Memory(b) => Ok(b.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+
+    #[test]
+    fn stream_and_file_index_and_read() {
+        let d = tmpdir("shards-rw");
+        let a = d.join("a.arrow");
+        let b = d.join("b.arrow");
+        write_shard(&a, 0..250, 64, Format::Stream);
+        write_shard(&b, 250..400, 100, Format::File);
+        let ds = Arc::new(Dataset::open(&[a, b], "audio", Some("label")).unwrap());
+        assert_eq!(ds.n_rows(), 400);
+        assert_eq!(ds.shards()[0].format, Format::Stream);
+        assert_eq!(ds.shards()[1].format, Format::File);
+        assert_eq!(ds.shards()[0].batches.len(), 4);
+        let mut r = Reader::new(ds.clone(), 2);
+        for i in [0u64, 63, 64, 249, 250, 399, 5, 300] {
+            let s = r.sample(i).unwrap();
+            assert_eq!(r.read(&s).unwrap().as_slice(), payload(i).as_slice());
+            assert_eq!(s.label, (i % 10) as i64);
+            assert_eq!(s.shard, if i < 250 { 0 } else { 1 });
+        }
+        assert_eq!(
+            ds.labels().unwrap(),
+            (0..400).map(|i| (i % 10) as i64).collect::<Vec<_>>()
+        );
+        assert_eq!(ds.locate(250), (1, 0));
+        let r = ds.label_range().unwrap().unwrap();
+        assert_eq!(
+            (r.min, r.max, r.nulls),
+            (Some((0, 0, 0)), Some((9, 0, 9)), 0)
+        );
+    }
+
+    #[test]
+    fn open_reads_no_bodies_and_a_bad_body_only_fails_its_rows() {
+        let d = tmpdir("shards-body");
+        let a = d.join("a.arrow");
+        write_shard(&a, 0..300, 100, Format::Stream);
+        let ds = Dataset::open(std::slice::from_ref(&a), "audio", Some("label")).unwrap();
+        let body = ds.shards()[0].batches[1];
+        drop(ds);
+        // Scribble over the second batch's body: its offsets become garbage.
+        let mut bytes = std::fs::read(&a).unwrap();
+        bytes[body.body_start..body.body_start + body.body_len].fill(0xAB);
+        std::fs::write(&a, &bytes).unwrap();
+        let ds = Arc::new(Dataset::open(&[a], "audio", Some("label")).unwrap());
+        assert_eq!(ds.n_rows(), 300); // indexing never looked at the body
+        let mut r = Reader::new(ds, 4);
+        assert!(r.sample(150).is_err());
+        for i in [50, 250] {
+            let s = r.sample(i).unwrap();
+            assert_eq!(r.read(&s).unwrap().as_slice(), payload(i).as_slice());
+        }
+    }
+
+    #[test]
+    fn a_shard_changed_after_open_is_an_error_not_a_signal() {
+        let d = tmpdir("shards-changed");
+        let a = d.join("a.arrow");
+        write_shard(&a, 0..300, 50, Format::Stream);
+        let ds = Arc::new(Dataset::open(std::slice::from_ref(&a), "audio", None).unwrap());
+        let mut r = Reader::new(ds.clone(), 4);
+        let early = r.sample(10).unwrap(); // batch 0 decoded and cached
+        let len = std::fs::metadata(&a).unwrap().len();
+        // Truncate: reading a cached batch's sample or a new batch is ShardChanged, naming it.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&a)
+            .unwrap()
+            .set_len(len / 3)
+            .unwrap();
+        for e in [r.read(&early).err(), r.sample(250).err()] {
+            let e = e.unwrap();
+            assert!(matches!(e, Error::ShardChanged { .. }), "{e}");
+            let m = e.to_string();
+            assert!(
+                m.contains("a.arrow") && m.contains(&format!("size {len} -> ")),
+                "{m}"
+            );
+        }
+        // Overwritten in place with other rows of the same size: still noticed, no panic.
+        let b = d.join("b.arrow");
+        write_shard(&b, 0..300, 50, Format::Stream);
+        let ds = Arc::new(Dataset::open(std::slice::from_ref(&b), "audio", None).unwrap());
+        let mut r = Reader::new(ds, 4);
+        let early = r.sample(10).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        write_shard(&b, 1000..1300, 50, Format::Stream);
+        let e = r.read(&early).err().unwrap();
+        assert!(matches!(e, Error::ShardChanged { .. }), "{e}");
+        assert!(r.sample(200).is_err());
+    }
+
+    #[test]
+    fn bad_inputs_name_file_and_column() {
+        let d = tmpdir("shards-bad");
+        let a = d.join("a.arrow");
+        write_shard(&a, 0..100, 10, Format::Stream);
+        let e = Dataset::open(std::slice::from_ref(&a), "sound", Some("label"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("a.arrow") && e.contains("'sound'"), "{e}");
+        let e = Dataset::open(std::slice::from_ref(&a), "audio", Some("y"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("'y'"), "{e}");
+        // Truncated mid-body.
+        let bytes = std::fs::read(&a).unwrap();
+        let t = d.join("t.arrow");
+        std::fs::write(&t, &bytes[..bytes.len() / 2]).unwrap();
+        let e = Dataset::open(&[t], "audio", Some("label"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("t.arrow") && e.contains("truncated"), "{e}");
+        // Truncated file format.
+        let f = d.join("f.arrow");
+        write_shard(&f, 0..100, 10, Format::File);
+        let bytes = std::fs::read(&f).unwrap();
+        std::fs::write(&f, &bytes[..bytes.len() - 20]).unwrap();
+        let e = Dataset::open(&[f], "audio", Some("label"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("truncated"), "{e}");
+        let z = d.join("z.arrow");
+        std::fs::write(&z, b"").unwrap();
+        assert!(Dataset::open(&[z], "audio", None).is_err());
+        let e = Dataset::open(&[d.join("missing.arrow")], "audio", None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("missing.arrow"), "{e}");
+    }
+}
