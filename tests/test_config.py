@@ -96,3 +96,14 @@ def test_shipped_configs_load(name):
         assert cfg.data.train_shards == "data/demo/train" and cfg.n_classes == 12
     else:
         assert cfg.data.train_shards is None  # dataset-specific: must be given
+
+
+def test_config_diff_and_hash_ignore_prefixes():
+    a = {"seed": 0, "optim": {"lr": 1e-3, "warmup": 10}, "wandb": {"name": "x"}, "n_steps": 10}
+    b = {"seed": 0, "optim": {"lr": 2e-3, "warmup": 10}, "wandb": {"name": "y"}, "n_steps": 20}
+    ignore = ("wandb", "n_steps")
+    assert config.config_diff(a, b, ignore=ignore) == [("optim.lr", 1e-3, 2e-3)]
+    assert config.config_hash(a, ignore=ignore) != config.config_hash(b, ignore=ignore)
+    b["optim"]["lr"] = 1e-3
+    assert config.config_hash(a, ignore=ignore) == config.config_hash(b, ignore=ignore)
+    assert config.config_diff({"a": 1}, {"b": 2}) == [("a", 1, "<missing>"), ("b", "<missing>", 2)]

@@ -2,17 +2,27 @@
 runs, and the sbatch script submitit writes (no cluster needed)."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
 
+import loader_shards
 import pytest
 import submitit  # noqa: F401 - imported before output capture: its logger binds sys.stderr
 
 import birdjepa.launch as launch
+import birdjepa.rundir
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "demo.toml"
+
+
+def demo_shards(root: pathlib.Path) -> None:
+    """Small shards where configs/demo.toml looks for its data (relative to `root`)."""
+    for split in ("train", "eval"):
+        (root / "data" / "demo" / split).mkdir(parents=True)
+        loader_shards.corpus(root / "data" / "demo" / split, sizes=(20,))
 
 
 def write_sweep(tmp_path: pathlib.Path, entries: str, name: str = "sw") -> pathlib.Path:
@@ -40,6 +50,7 @@ def test_bad_value_type_names_entry_and_key(tmp_path, capsys):
 
 def test_dry_run_prints_resolved_configs_and_submits_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    demo_shards(tmp_path)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 3e-3, "n_steps": 7}]')
     assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -51,6 +62,9 @@ def test_dry_run_prints_resolved_configs_and_submits_nothing(tmp_path, capsys, m
         assert f"# {c.run_id}\n" in out
         assert pathlib.Path(c.run_dir) == tmp_path / "runs" / c.run_id
     assert "lr = 0.003" in out and "n_steps = 7" in out
+    for i, c in enumerate(cfgs):  # every entry's shards were opened and checked
+        for key in ("train_shards", "eval_shards"):
+            assert f"entry {i} ({c.run_id}): data.{key}: 20 rows in 1 file(s), labels 0..9" in out
     assert not (tmp_path / "logs").exists() and not (tmp_path / "runs").exists()
 
 
@@ -71,11 +85,12 @@ def test_run_ids_are_stable_and_follow_the_config(tmp_path):
 
 def test_resubmitting_complete_runs_does_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    demo_shards(tmp_path)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 3e-3}]')
     cfgs = launch.resolve(sweep)
     for c in cfgs:
         pathlib.Path(c.run_dir).mkdir(parents=True)
-        (pathlib.Path(c.run_dir) / launch.COMPLETE).write_text(json.dumps({"steps": 600}))
+        (pathlib.Path(c.run_dir) / birdjepa.rundir.COMPLETE).write_text(json.dumps({"steps": 600}))
     lc = launch.LaunchConfig(sweep=str(sweep), executor="local", log_dir=str(tmp_path / "logs"))
     assert launch.launch(lc) == []
     out = capsys.readouterr().out
@@ -83,13 +98,31 @@ def test_resubmitting_complete_runs_does_nothing(tmp_path, capsys, monkeypatch):
     assert all(f"{c.run_id}: complete, skipped" in out for c in cfgs)
     assert not (tmp_path / "logs").exists()
     # One incomplete run: only it is to run (dry run, to submit nothing here).
-    (pathlib.Path(cfgs[1].run_dir) / launch.COMPLETE).unlink()
+    (pathlib.Path(cfgs[1].run_dir) / birdjepa.rundir.COMPLETE).unlink()
     launch.launch(launch.LaunchConfig(sweep=str(sweep), dry_run=True))
     out = capsys.readouterr().out
     assert f"{cfgs[0].run_id}: complete, skipped" in out and f"{cfgs[1].run_id}: to run" in out
 
 
-def test_sbatch_script_has_signal_requeue_resources_and_setup(tmp_path):
+@pytest.fixture
+def fake_srun(tmp_path, monkeypatch):
+    """An `srun` on PATH, as submitit's SlurmExecutor insists on one before it writes a script:
+    this test reads the script only, and needs no Slurm installed (nor an earlier test's)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_slurm_executor_without_srun_is_a_sweep_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun anywhere
+    lc = launch.LaunchConfig(sweep="sweeps/lr.py", log_dir=str(tmp_path / "logs"))
+    with pytest.raises(launch.SweepError, match="expected Slurm's srun on PATH"):
+        launch.make_executor(lc, job_name="lr", n_workers=2)
+
+
+def test_sbatch_script_has_signal_requeue_resources_and_setup(tmp_path, fake_srun):
     lc = launch.LaunchConfig(
         sweep="sweeps/lr.py", log_dir=str(tmp_path / "logs"), n_hours=2.0,
         slurm=launch.SlurmConfig(partition="preempt", account="birds", gpus_per_node=4,

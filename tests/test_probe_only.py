@@ -8,21 +8,22 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tiny
 
 import birdjepa.config as config
 import birdjepa.model as model
 import birdjepa.objectives as objectives
-import birdjepa.pretrain as pretrain
-import birdjepa.synthetic as synthetic
+import birdjepa.train.state
+import birdjepa.train.step
 
 
 def test_loss_is_zero_and_encoder_gradient_exactly_zero():
-    cfg = synthetic.tiny_config("probe_only")
+    cfg = tiny.tiny_config("probe_only")
     obj, sub = objectives.get(cfg.objective)
     enc = model.ViT(cfg.model, n_frames=32, n_mels=64, key=jax.random.key(0))
     heads = obj.init_heads(sub, enc, 4, key=jax.random.key(1))
     assert jax.tree.leaves(eqx.filter(heads, eqx.is_array)) == []
-    train, _ = synthetic.tiny_loaders(cfg)
+    train, _ = tiny.tiny_loaders(cfg)
     batch = {k: jnp.asarray(v) for k, v in next(iter(train)).items()}
 
     def f(enc):
@@ -37,17 +38,17 @@ def test_loss_is_zero_and_encoder_gradient_exactly_zero():
 
 
 def run_updates(weight_decay: float, n: int = 6):
-    cfg = synthetic.tiny_config("probe_only")
-    cfg = pretrain.finalize(dataclasses.replace(
+    cfg = tiny.tiny_config("probe_only")
+    cfg = tiny.finalize(dataclasses.replace(
         cfg, optim=dataclasses.replace(cfg.optim, weight_decay=weight_decay, lr=1e-2)))
-    mesh = pretrain.make_mesh(1)
-    state, static, tx = pretrain.init_state(cfg, mesh)
+    mesh = birdjepa.train.state.make_mesh(1)
+    state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
     init = jax.device_get(state["params"])
-    step = jax.jit(functools.partial(pretrain.update, static=static, tx=tx, cfg=cfg))
-    it = iter(synthetic.tiny_loaders(cfg)[0])
+    step = jax.jit(functools.partial(birdjepa.train.step.update, static=static, tx=tx, cfg=cfg))
+    it = iter(tiny.tiny_loaders(cfg)[0])
     norms = []
     for _ in range(n):
-        state, m = step(state, pretrain.shard_batch(next(it), cfg, mesh))
+        state, m = step(state, birdjepa.train.state.shard_batch(next(it), cfg, mesh))
         assert bool(m["finite"]) and float(m["loss"]) == 0.0 and float(m["grad_norm"]) == 0.0
         norms.append(float(m["param_norm"]))
     return init, jax.device_get(state["params"]), norms
@@ -83,8 +84,8 @@ def test_demo_configs_share_the_encoder():
     """The random-encoder baseline probes the very encoder LeJEPA starts from, and the same
     probe config takes LeJEPA's final encoder (`--init_encoder`, which needs the same model and
     input shape)."""
-    cfg = pretrain.finalize(config.load("configs/demo-random.toml"))
-    ref = pretrain.finalize(config.load("configs/demo-lejepa.toml"))
+    cfg = tiny.finalize(config.load("configs/demo-random.toml"))
+    ref = tiny.finalize(config.load("configs/demo-lejepa.toml"))
     assert cfg.model == ref.model and cfg.seed == ref.seed
     assert (cfg.data.n_frames, cfg.data.n_mels) == (ref.data.n_frames, ref.data.n_mels)
 
@@ -92,14 +93,14 @@ def test_demo_configs_share_the_encoder():
 def test_probe_statistics_follow_the_frozen_embedding():
     """After the first update the probe's running mean and variance are exactly the first
     batch's embedding statistics (all views), computed here from the encoder directly."""
-    cfg = pretrain.finalize(synthetic.tiny_config("probe_only"))
-    mesh = pretrain.make_mesh(1)
-    state, static, tx = pretrain.init_state(cfg, mesh)
+    cfg = tiny.finalize(tiny.tiny_config("probe_only"))
+    mesh = birdjepa.train.state.make_mesh(1)
+    state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
     enc = eqx.combine(state["params"], static)["encoder"]
-    batch = next(iter(synthetic.tiny_loaders(cfg)[0]))
+    batch = next(iter(tiny.tiny_loaders(cfg)[0]))
     emb = np.asarray(enc(jnp.asarray(batch["data"])).pooled_bd, np.float64)
-    step = jax.jit(functools.partial(pretrain.update, static=static, tx=tx, cfg=cfg))
-    state, _ = step(state, pretrain.shard_batch(batch, cfg, mesh))
+    step = jax.jit(functools.partial(birdjepa.train.step.update, static=static, tx=tx, cfg=cfg))
+    state, _ = step(state, birdjepa.train.state.shard_batch(batch, cfg, mesh))
     got = jax.device_get(state["params"]["probe"])
     np.testing.assert_allclose(got.mean, emb.mean(0), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(got.var, emb.var(0), rtol=1e-3, atol=1e-7)

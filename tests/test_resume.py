@@ -9,6 +9,7 @@ loader state) must be bitwise equal. Subprocesses share a persistent compilation
 import dataclasses
 import json
 import shutil
+import signal
 import time
 
 import equinox as eqx
@@ -16,12 +17,14 @@ import jax
 import numpy as np
 import pytest
 import resume_helpers as h
+import tiny
 
 import birdjepa
 import birdjepa.config
 import birdjepa.model
-import birdjepa.pretrain
-import birdjepa.synthetic
+import birdjepa.train.loop
+import birdjepa.train.state
+import birdjepa.train.step
 
 N = 16  # steps of every run; a checkpoint every step
 
@@ -48,11 +51,14 @@ def reference(corpus):
 
 
 @pytest.mark.slow
-def test_split_run_is_bitwise_equal(corpus, reference):
+@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGINT], ids=["usr2", "ctrl-c"])
+def test_split_run_is_bitwise_equal(corpus, reference, sig):
+    """SIGUSR2 (preemption) and Ctrl-C alike: stop at the step boundary, save, exit 75; the
+    rerun continues bit for bit (nothing after the last periodic checkpoint is lost)."""
     root, cfg = corpus
     t0 = time.perf_counter()
-    stopped = h.split_run(cfg, root / "split", at=N // 2)
-    delta = h.assert_same_run(reference, root / "split")
+    stopped = h.split_run(cfg, root / f"split-{sig.name}", at=N // 2, sig=sig)
+    delta = h.assert_same_run(reference, root / f"split-{sig.name}")
     assert delta == 0.0
     print(f"split at step {stopped}/{N}: max |delta loss| = {delta} "
           f"({time.perf_counter() - t0:.0f} s)")
@@ -160,17 +166,17 @@ def test_two_devices_split_run_is_bitwise_equal(corpus):
 def test_load_encoder_matches_the_trained_encoder(tmp_path):
     """load_encoder(run_dir) gives the encoder as trained: its output equals, bit for bit, that
     of the same training steps replayed in this process."""
-    cfg = birdjepa.synthetic.tiny_config(n_steps=3, run_dir=str(tmp_path / "run"))
-    birdjepa.pretrain.main(cfg, loaders=birdjepa.synthetic.tiny_loaders)
-    cfg = birdjepa.pretrain.finalize(cfg)
+    cfg = tiny.tiny_config(n_steps=3, run_dir=str(tmp_path / "run"))
+    birdjepa.train.loop.main(cfg, loaders=tiny.tiny_loaders)
+    cfg = tiny.finalize(cfg)
 
-    mesh = birdjepa.pretrain.make_mesh(1)
-    state, static, tx = birdjepa.pretrain.init_state(cfg, mesh)
-    update = jax.jit(lambda s, b: birdjepa.pretrain.update(s, b, static=static, tx=tx, cfg=cfg))
-    train, evals = birdjepa.synthetic.tiny_loaders(cfg)
+    mesh = birdjepa.train.state.make_mesh(1)
+    state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
+    update = jax.jit(lambda s, b: birdjepa.train.step.update(s, b, static=static, tx=tx, cfg=cfg))
+    train, evals = tiny.tiny_loaders(cfg)
     it = iter(train)
     for _ in range(cfg.n_steps):
-        state, _ = update(state, birdjepa.pretrain.shard_batch(next(it), cfg, mesh))
+        state, _ = update(state, birdjepa.train.state.shard_batch(next(it), cfg, mesh))
     trained = eqx.combine(state["params"]["encoder"], static["encoder"])
 
     encoder, loaded_cfg = birdjepa.load_encoder(tmp_path / "run")
@@ -181,6 +187,6 @@ def test_load_encoder_matches_the_trained_encoder(tmp_path):
     got = jax.device_get(encoder(x).pooled_bd)
     assert got.shape == (len(x), cfg.model.width)
     assert np.array_equal(got, want)
-    init = eqx.combine(birdjepa.pretrain.init_state(cfg, mesh)[0]["params"]["encoder"],
+    init = eqx.combine(birdjepa.train.state.init_state(cfg, mesh)[0]["params"]["encoder"],
                        static["encoder"])
     assert not np.array_equal(jax.device_get(init(x).pooled_bd), want)  # it did train

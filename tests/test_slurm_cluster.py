@@ -29,7 +29,8 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> S
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
     monkeypatch.setenv(MARKER_ENV, slurm_cluster.env[MARKER_ENV])  # teardown finds strays by it
     path = os.environ.get("PYTHONPATH")
-    monkeypatch.setenv("PYTHONPATH", TESTS_DIR + (os.pathsep + path if path else ""))
+    here = os.pathsep.join([TESTS_DIR, os.path.join(TESTS_DIR, "support")])
+    monkeypatch.setenv("PYTHONPATH", here + (os.pathsep + path if path else ""))
     return slurm_cluster
 
 

@@ -23,7 +23,7 @@ from test_distributed import SlowJob
 import birdjepa.checkpoint
 import birdjepa.demo_data
 import birdjepa.launch
-import birdjepa.pretrain
+import birdjepa.train.state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -41,7 +41,7 @@ def env(slurm_cluster: SlurmCluster, tiny_corpus, monkeypatch) -> dict:
     """os.environ for submitit and the launcher: our SLURM_CONF, tests/ importable in jobs."""
     monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
     monkeypatch.setenv(MARKER_ENV, slurm_cluster.env[MARKER_ENV])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT / "src")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(TESTS / "support"), str(ROOT / "src")]))
     monkeypatch.setenv("TINY_DATA", str(tiny_corpus))
     monkeypatch.setenv("TINY_STEPS", str(N_STEPS))
     monkeypatch.setenv("WANDB_MODE", "disabled")
@@ -56,7 +56,7 @@ def losses(run_dir: pathlib.Path) -> list[float]:
 
 
 def final_params(cfg) -> list[np.ndarray]:
-    like, _, _ = birdjepa.pretrain.init_state(cfg, birdjepa.pretrain.make_mesh(1))
+    like, _, _ = birdjepa.train.state.init_state(cfg, birdjepa.train.state.make_mesh(1))
     with birdjepa.checkpoint.Checkpointer(pathlib.Path(cfg.run_dir) / "checkpoints",
                                           every=1000, keep=2, async_save=False) as ck:
         assert ck.latest_step() == N_STEPS

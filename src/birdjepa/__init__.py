@@ -1,23 +1,27 @@
 """birdjepa: JAX pretraining for bioacoustics with a Rust audio loader.
 
-The exception classes live in the Rust extension; they are loaded on first access so that
-`import birdjepa.model` does not need the extension. `load_encoder` (birdjepa.encoder) is loaded
-on first access too, so that `import birdjepa` does not import JAX.
+The exception classes live in the Rust extension, all beneath `birdjepa.Error`; they are loaded
+on first access so that `import birdjepa.model` does not need the extension. `load_encoder`
+(birdjepa.encoder) and `embed` (birdjepa.evaluate.embed) are loaded on first access too, so that
+`import birdjepa` does not import JAX.
 """
 
 __version__ = "0.1.0"
 
 _EXCEPTIONS = (
+    "Error",
     "AudioError",
     "UnsupportedCodecError",
     "CorruptAudioError",
     "EmptyAudioError",
     "BadArgumentError",
     "DatasetError",
+    "TooManyFailuresError",
     "StateMismatchError",
+    "LoaderError",
 )
 
-__all__ = [*_EXCEPTIONS, "__version__", "load_encoder"]
+__all__ = [*_EXCEPTIONS, "__version__", "embed", "load_encoder"]
 
 
 def __getattr__(name: str):
@@ -29,4 +33,8 @@ def __getattr__(name: str):
         import birdjepa.encoder
 
         return birdjepa.encoder.load_encoder
+    if name == "embed":
+        import birdjepa.evaluate.embed
+
+        return birdjepa.evaluate.embed.embed
     raise AttributeError(f"module 'birdjepa' has no attribute {name!r}")

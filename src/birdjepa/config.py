@@ -6,6 +6,10 @@ becomes the default instance that tyro then overrides from the command line.
 """
 
 import dataclasses
+import hashlib
+import json
+import math
+import os
 import pathlib
 import sys
 import tomllib
@@ -22,17 +26,22 @@ import birdjepa.optim
 
 
 class ConfigError(ValueError):
-    pass
+    """A configuration the run cannot start with; the message names the key, the expected and
+    the actual value. The CLI prints it on one line and exits with status 2."""
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     train_shards: str | None = None
-    """Training shards (directory or glob, as birdjepa.data.Loader takes them). Required."""
+    """Training shards, as birdjepa.data.resolve_shards takes them: a save_to_disk directory
+    (the files its state.json lists), "DIR:SPLIT" for a DatasetDict directory or a load_dataset
+    cache directory, a directory of *.arrow, a glob or a file. Required."""
     eval_shards: str | None = None
-    """Evaluation shards, iterated in full at every evaluation. Required."""
-    n_workers: int = 2
-    """Loader worker threads per loader."""
+    """Evaluation shards (same forms as train_shards), iterated in full at every evaluation.
+    Required."""
+    n_workers: int | typing.Literal["auto"] = "auto"
+    """Loader worker threads per loader; "auto": the CPUs this process may use (its affinity
+    mask, which Slurm's --cpus-per-task sets) minus 2 for the trainer, at least 2."""
     n_views: int = 1
     """Augmented views per clip; lejepa needs >= 2. Batches are then (V, B, T, M)."""
     n_frames: int = 512
@@ -42,7 +51,8 @@ class DataConfig:
     audio_column: str = "audio"
     """Column of the shards holding the audio."""
     label_column: str = "label"
-    """Column of the shards holding the integer class label."""
+    """Column of the shards holding the integer class id, 0..n_classes-1 (-1 or null: no label;
+    string labels need ds.class_encode_column first). Checked against n_classes at open."""
     eval_batch_size: int | None = None
     """Evaluation batch size; defaults to batch_size."""
 
@@ -91,6 +101,9 @@ class Config:
     (else refuses, naming the keys); "force" resumes despite a mismatch; "never" moves them
     aside to checkpoints.old-<time> and starts over."""
     distributed: birdjepa.distributed.DistributedConfig = birdjepa.distributed.DistributedConfig()
+    peak_tflops: float | None = None
+    """Peak TFLOP/s of one device for the MFU in the metrics; None: from the device table in
+    birdjepa.train.flops (H100/H200, A100, L40S; none on CPU, where MFU is not logged)."""
     init_encoder: str = ""
     """A run directory (or its checkpoints/ directory) whose latest checkpoint's encoder
     initialises this run's, e.g. linear probing of a pretrained encoder with objective
@@ -159,13 +172,17 @@ def from_dict(cls, d: dict, *, prefix: str = ""):
     return cls(**{k: _coerce(hints[k], v, prefix + k) for k, v in d.items()})
 
 
-def load(path: str | pathlib.Path) -> Config:
+def load(path: str | pathlib.Path, cls=None):
+    """The `cls` (default Config) a TOML file describes; ConfigError naming what is wrong."""
     try:
         with open(path, "rb") as f:
             d = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"--cfg: expected an existing TOML file, got {str(path)!r}, which "
+                          "does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
-    return from_dict(Config, d)
+    return from_dict(cls or Config, d)
 
 
 def strip_none(x):
@@ -183,23 +200,198 @@ def to_toml(cfg: Config) -> str:
     return tomli_w.dumps(strip_none(dataclasses.asdict(cfg)))
 
 
-def cli(argv: list[str] | None = None) -> Config:
-    """`--cfg FILE.toml` (optional) then tyro overrides; `--help` lists every field."""
+def cli(argv: list[str] | None = None, cls=None, *,
+        description: str = "Pretrain a birdjepa encoder. Load a config with --cfg FILE.toml "
+                           "first; every field below overrides it."):
+    """`--cfg FILE.toml` (optional) then tyro overrides of a `cls` (default Config); `--help`
+    lists every field."""
+    cls = cls or Config
     argv = list(sys.argv[1:] if argv is None else argv)
-    default = Config()
+    default = cls()
     for i, a in enumerate(argv):
         if a == "--cfg" or a.startswith("--cfg="):
             path = a.split("=", 1)[1] if "=" in a else argv[i + 1]
             del argv[i : i + (1 if "=" in a else 2)]
-            default = load(path)
+            default = load(path, cls)
             break
-    return tyro.cli(
-        Config,
-        default=default,
-        args=argv,
-        use_underscores=True,
-        # Booleans take a value (--optim.muon=True), like every other dotted override.
-        config=(tyro.conf.FlagConversionOff,),
-        description="Pretrain a birdjepa encoder. Load a config with --cfg FILE.toml first; "
-        "every field below overrides it.",
-    )
+    # Booleans take a value (--optim.muon=True), like every other dotted override.
+    return tyro.cli(cls, default=default, args=argv, use_underscores=True,
+                    config=(tyro.conf.FlagConversionOff,), description=description)
+
+
+NOT_SHAPING = (
+    "n_steps", "run_id", "run_dir", "resume", "eval_every", "log_every", "ckpt_every",
+    "ckpt_keep", "wandb", "max_nonfinite", "distributed", "data.n_workers", "data.eval_shards",
+    "data.eval_batch_size", "peak_tflops", "model.remat", "model.attention",
+)
+"""Config keys that change neither the model nor the training stream: a checkpoint written under
+one value resumes under another (e.g. raise n_steps to extend a run). Every other key shapes the
+run, and a resume across a change of it is refused (see birdjepa.train.run)."""
+
+ENCODER_SHAPING = ("model", "data.n_frames", "data.n_mels")
+"""Config keys the encoder's parameters depend on: `init_encoder` needs them equal, but for
+ENCODER_FREE (how the encoder computes, not what it holds)."""
+ENCODER_FREE = ("model.remat", "model.attention", "model.compute_dtype")
+
+
+def finalize(cfg: Config) -> Config:
+    """Resolve the model preset and check the config (`validate`); run_id/run_dir stay as given
+    (birdjepa.rundir derives them)."""
+    try:
+        model = birdjepa.model.resolve(cfg.model)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    cfg = dataclasses.replace(cfg, model=model)
+    validate(cfg)
+    return cfg
+
+
+def _require(ok: bool, key: str, expected: str, got) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: expected {expected}, got {got!r}")
+
+
+def validate(cfg: Config, *, n_devices: int | None = None, process_count: int = 1) -> None:
+    """Every check of a value or of a relation between fields, in one place; raises ConfigError
+    naming the key, the expected and the actual value. With `n_devices`/`process_count` (known
+    once JAX is up) it also checks that the batches split over the devices and processes."""
+    positive = ("n_steps", "batch_size", "log_every", "ckpt_every", "ckpt_keep", "max_nonfinite")
+    for key in positive:
+        v = getattr(cfg, key)
+        _require(v >= 1, key, "an int >= 1", v)
+    _require(cfg.eval_every >= 0, "eval_every", "an int >= 0 (0 = at the end only)",
+             cfg.eval_every)
+    _require(cfg.n_classes is not None and cfg.n_classes >= 2, "n_classes", "an int >= 2",
+             cfg.n_classes)
+    _validate_data(cfg)
+    _validate_optim(cfg)
+    m = cfg.model
+    if m.patch is not None:
+        for i, (n, name) in enumerate(((cfg.data.n_frames, "data.n_frames"),
+                                       (cfg.data.n_mels, "data.n_mels"))):
+            _require(n % m.patch[i] == 0, name, f"a multiple of model.patch[{i}]={m.patch[i]}", n)
+    if cfg.objective.name == "lejepa":
+        _require(cfg.data.n_views >= 2, "data.n_views", ">= 2 for objective 'lejepa'",
+                 cfg.data.n_views)
+    if n_devices is not None:
+        micro = cfg.batch_size // cfg.optim.grad_accum
+        eval_bs = cfg.data.eval_batch_size or cfg.batch_size
+        _require(micro % n_devices == 0, "batch_size",
+                 f"a micro-batch (batch_size / optim.grad_accum) divisible by the {n_devices} "
+                 f"device(s)", cfg.batch_size)
+        _require(eval_bs % n_devices == 0, "data.eval_batch_size",
+                 f"an eval batch divisible by the {n_devices} device(s)", eval_bs)
+    if process_count > 1:
+        _require(cfg.batch_size % process_count == 0, "batch_size",
+                 f"divisible by the {process_count} processes", cfg.batch_size)
+
+
+def _validate_data(cfg: Config) -> None:
+    d = cfg.data
+    _require(d.n_views >= 1, "data.n_views", "an int >= 1", d.n_views)
+    _require(d.n_workers == "auto" or d.n_workers >= 0, "data.n_workers",
+             "an int >= 0 or 'auto'", d.n_workers)
+    _require(d.n_frames >= 1 and d.n_mels >= 1, "data.n_frames/n_mels", "ints >= 1",
+             (d.n_frames, d.n_mels))
+    if d.eval_batch_size is not None:
+        _require(d.eval_batch_size >= 1, "data.eval_batch_size", "an int >= 1",
+                 d.eval_batch_size)
+
+
+TRAINER_CPUS = 2
+"""CPUs left to the training process's own threads when data.n_workers = "auto"."""
+
+
+def loader_workers(n_workers: int | str) -> int:
+    """`data.n_workers` resolved: "auto" is the CPUs this process may use minus TRAINER_CPUS
+    (os.sched_getaffinity: Slurm's cpus-per-task, taskset, cgroups' cpusets), at least 2."""
+    if n_workers != "auto":
+        return int(n_workers)
+    return max(2, len(os.sched_getaffinity(0)) - TRAINER_CPUS)
+
+
+def check_data_paths(cfg: Config) -> None:
+    """The shards a real loader will read are configured and exist (globs are left to it)."""
+    for key in ("train_shards", "eval_shards"):
+        path = getattr(cfg.data, key)
+        _require(bool(path), f"data.{key}", "a directory, file or glob of Arrow shards", path)
+        base, _, split = path.rpartition(":")  # "DIR:SPLIT" (birdjepa.sources)
+        named_split = bool(base) and "/" not in split and pathlib.Path(base).is_dir()
+        if not any(c in path for c in "*?[") and not pathlib.Path(path).exists() \
+                and not named_split:
+            raise ConfigError(f"data.{key}: expected an existing path, got {path!r}, which "
+                              "does not exist")
+
+
+def _validate_optim(cfg: Config) -> None:
+    o = cfg.optim
+    _require(o.grad_accum >= 1, "optim.grad_accum", "an int >= 1", o.grad_accum)
+    _require(cfg.batch_size % o.grad_accum == 0, "batch_size",
+             f"divisible by optim.grad_accum={o.grad_accum}", cfg.batch_size)
+    for key in ("lr", "muon_lr", "probe_lr", "weight_decay", "clip"):
+        v = getattr(o, key)
+        _require(math.isfinite(v) and v >= 0, f"optim.{key}", "a finite number >= 0", v)
+    _require(o.warmup >= 0, "optim.warmup", "an int >= 0", o.warmup)
+    _require(0 < o.final_lr_frac <= 1, "optim.final_lr_frac", "a number in (0, 1]",
+             o.final_lr_frac)
+    _require(0 <= o.decay_frac <= 1, "optim.decay_frac", "a number in [0, 1]", o.decay_frac)
+
+
+def check_same(saved: dict, cfg: Config, *, keys: typing.Iterable[str] | None = None,
+               ignore: typing.Iterable[str] = (), what: str) -> None:
+    """Refuse `cfg` if it differs from a checkpoint's saved config dict on `keys` (default:
+    every key but `ignore`); the message starts with `what` and lists each differing key."""
+    current = dataclasses.asdict(cfg)
+    if keys is not None:
+        saved, current = (_pick(saved, keys), _pick(current, keys))
+    diff = config_diff(saved, current, ignore=ignore)
+    if diff:
+        lines = "; ".join(f"{k}: checkpoint has {a!r}, config has {b!r}" for k, a, b in diff)
+        raise ConfigError(f"{what} ({lines})")
+
+
+def _pick(d: dict, keys: typing.Iterable[str]) -> dict:
+    out = {}
+    for key in keys:
+        node = d
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        out[key] = node
+    return out
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, typing.Any]:
+    """Flatten nested dicts to dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = list(v) if isinstance(v, tuple) else v  # JSON has no tuples
+    return out
+
+
+def _ignored(key: str, ignore: typing.Iterable[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in ignore)
+
+
+def config_hash(cfg: dict, *, ignore: typing.Iterable[str] = NOT_SHAPING) -> str:
+    """A stable hash of the config fields that shape the model or the data stream."""
+    flat = {k: v for k, v in flatten(cfg).items() if not _ignored(k, ignore)}
+    blob = json.dumps(flat, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def config_diff(
+    saved: dict, current: dict, *, ignore: typing.Iterable[str] = ()
+) -> list[tuple[str, typing.Any, typing.Any]]:
+    """The (key, saved value, current value) triples that differ, ignoring `ignore` prefixes."""
+    a, b = flatten(saved), flatten(current)
+    keys = sorted(set(a) | set(b))
+    missing = "<missing>"
+    return [
+        (k, a.get(k, missing), b.get(k, missing))
+        for k in keys
+        if not _ignored(k, ignore) and a.get(k, missing) != b.get(k, missing)
+    ]

@@ -9,49 +9,21 @@ with its static part.
 import pathlib
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
-from jax.sharding import SingleDeviceSharding
 
 import birdjepa.checkpoint
 import birdjepa.config
-import birdjepa.optim
-
-
-def abstract_state(cfg: birdjepa.config.Config, *, device=None, sharding=None):
-    """(abstract train state, static modules) for a finalized `cfg`: the structure, shapes and
-    dtypes `birdjepa.pretrain.init_state` would produce, without computing anything; every leaf
-    on `sharding` (default: `device`, default the first device)."""
-    import birdjepa.pretrain
-
-    sharding = sharding or SingleDeviceSharding(device or jax.devices()[0])
-    key = jax.eval_shape(lambda: jax.random.key(cfg.seed))
-    params, static = eqx.filter_eval_shape(
-        lambda k: birdjepa.pretrain.init_params(cfg, key=k), key
-    )
-    tx = birdjepa.optim.make(cfg.optim, params)
-    state = {
-        "params": params,
-        "opt": jax.eval_shape(tx.init, params),
-        "key": key,
-        "step": jax.ShapeDtypeStruct((), jnp.int32),
-    }
-    state = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                         state)
-    return state, static
+import birdjepa.train.state
 
 
 def load_config(run_dir: str | pathlib.Path) -> birdjepa.config.Config:
     """The finalized config a run saved as run_dir/config.toml."""
-    import birdjepa.pretrain
-
-    return birdjepa.pretrain.finalize(birdjepa.config.load(pathlib.Path(run_dir) / "config.toml"))
+    return birdjepa.config.finalize(birdjepa.config.load(pathlib.Path(run_dir) / "config.toml"))
 
 
 def restore_state(run_dir: str | pathlib.Path, *, step: int | None = None):
     """(Restored checkpoint, static modules, config) of `step` (default: the latest complete)."""
     cfg = load_config(run_dir)
-    state, static = abstract_state(cfg)
+    state, static = birdjepa.train.state.abstract_state(cfg)
     ckpt_dir = pathlib.Path(run_dir) / "checkpoints"
     if not ckpt_dir.is_dir():
         raise FileNotFoundError(f"no checkpoints directory in {run_dir}")

@@ -10,15 +10,14 @@ processes agree on it (an all-gather), save collectively, wait for the save and 
 directory), requeues and exits; the requeued job resumes from the checkpoint it just wrote.
 """
 
-import logging
-import signal
-import threading
 import time
 
 import submitit
 import submitit.helpers
 
-logger = logging.getLogger(__name__)
+import birdjepa.distributed
+import birdjepa.preemption
+import birdjepa.train.loop
 
 LOCAL_REQUEUE_RETURN_CODE = 144
 """submitit.local.local.LOCAL_REQUEUE_RETURN_CODE: a local task exiting with it is requeued."""
@@ -26,34 +25,8 @@ REQUEUE_WAIT_S = 60
 """Seconds a non-zero rank waits for Slurm's requeue to kill it before exiting non-zero."""
 
 
-class Preemption:
-    """A flag raised by the preemption signal, read at step boundaries."""
-
-    def __init__(self):
-        self._event = threading.Event()
-        self.signum: int | None = None
-        self.submitit_handler = None
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def set(self, signum: int = signal.SIGUSR2) -> None:
-        self.signum = signum
-        self._event.set()
-
-    def install(self, signum: int) -> None:
-        """Replace the current handler of `signum` (submitit's) with one that sets the flag."""
-        self.submitit_handler = signal.getsignal(signum)
-
-        def on_signal(sig, frame):
-            logger.warning("signal %d: stopping at the next step boundary to checkpoint", sig)
-            self.set(sig)
-
-        signal.signal(signum, on_signal)
-
-
 class TrainingJob:
-    """Run `birdjepa.pretrain.main(cfg)` under submitit; requeue on preemption or timeout.
+    """Run `birdjepa.train.loop.main(cfg)` under submitit; requeue on preemption or timeout.
 
     The config must carry a fixed `run_id` (the launcher sets one) so that the requeued job finds
     the same run directory and resumes from its latest checkpoint.
@@ -63,19 +36,16 @@ class TrainingJob:
         self.cfg = cfg
 
     def __call__(self):
-        import birdjepa.distributed
-        import birdjepa.pretrain
-
-        preemption = Preemption()
+        preemption = birdjepa.preemption.Preemption()
         in_submitit = _inside_submitit()
         usr_sig = submitit.JobEnvironment._usr_sig()
         if in_submitit:
             preemption.install(usr_sig)
-        summary = birdjepa.pretrain.main(self.cfg, should_stop=self.stop_poll(preemption))
+        summary = birdjepa.train.loop.main(self.cfg, should_stop=self.stop_poll(preemption))
         if not summary.get("preempted"):
             return summary
         birdjepa.distributed.shutdown()
-        handler = preemption.submitit_handler
+        handler = preemption.previous_handler
         if not in_submitit or not callable(handler):
             return summary  # stopped cleanly with a checkpoint; nothing to requeue through
         env = submitit.JobEnvironment()
@@ -91,7 +61,7 @@ class TrainingJob:
         handler(preemption.signum or usr_sig, None)  # calls checkpoint(), requeues, exits
         return summary
 
-    def stop_poll(self, preemption: Preemption):
+    def stop_poll(self, preemption: birdjepa.preemption.Preemption):
         """The `should_stop` callable polled at every step boundary (tests slow it down)."""
         return preemption.is_set
 

@@ -16,16 +16,19 @@ import hashlib
 import importlib.util
 import json
 import pathlib
+import shutil
 import sys
 import typing
 
+import submitit
 import tyro
 
+import birdjepa
+import birdjepa._rs
 import birdjepa.config
-import birdjepa.pretrain
-
-COMPLETE = "COMPLETE"
-"""Marker file written into a run directory when its training has finished."""
+import birdjepa.data
+import birdjepa.job
+import birdjepa.rundir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +46,8 @@ class SlurmConfig:
     gpus_per_node: int = 0
     """GPUs per node."""
     cpus_per_task: int | None = None
-    """CPUs per task; default: loader workers (train + eval) + 2."""
+    """CPUs per task; default: loader workers (train + eval) + 2, or 16 with data.n_workers =
+    "auto" (the loaders then use what the job gets)."""
     mem_gb: int = 16
     """Memory per node in GB."""
     signal_delay_s: int = 90
@@ -69,7 +73,8 @@ class LaunchConfig:
     log_dir: str = "logs"
     """submitit's folder (scripts, stdout/stderr, pickles); one sub-folder per sweep."""
     dry_run: bool = False
-    """Print the resolved configs and submit nothing."""
+    """Print the resolved configs, open every entry's train and eval shards (columns and labels
+    against n_classes; no pipelines started) and submit nothing; exit 2 if a check fails."""
     slurm: SlurmConfig = SlurmConfig()
 
 
@@ -146,7 +151,7 @@ def resolve(path: str | pathlib.Path) -> list[birdjepa.config.Config]:
                 raise SweepError(f"expected a Config or a dict, got {type(entry).__name__}")
             if not cfg.run_id:
                 cfg = dataclasses.replace(cfg, run_id=run_id_for(path.stem, i, cfg))
-            cfg = birdjepa.pretrain.finalize(cfg)
+            cfg = birdjepa.rundir.assign(birdjepa.config.finalize(cfg))
             # Absolute, so the job finds it whatever its working directory (not in the id).
             cfg = dataclasses.replace(cfg, run_dir=str(pathlib.Path(cfg.run_dir).absolute()))
         except (birdjepa.config.ConfigError, SweepError, TypeError) as e:
@@ -158,13 +163,48 @@ def resolve(path: str | pathlib.Path) -> list[birdjepa.config.Config]:
     return cfgs
 
 
+def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
+    """Open cfg's train and eval shards as the run will (columns, label range against
+    n_classes) without starting a loader: one (line, ok) per split."""
+    d = cfg.data
+    out = []
+    for key in ("train_shards", "eval_shards"):
+        try:
+            birdjepa.config.check_data_paths(cfg)
+            paths = birdjepa.data.resolve_shards(getattr(d, key))
+            ds = birdjepa._rs.Dataset(paths, d.audio_column, d.label_column)
+            labels = birdjepa.data.check_labels(ds, d.label_column)
+            problem = birdjepa.data.label_problem(labels, cfg.n_classes)
+            if problem:
+                raise birdjepa.config.ConfigError(problem)
+            span = "no labels" if not labels or labels["min"] is None else (
+                f"labels {labels['min'][0]}..{labels['max'][0]} of n_classes={cfg.n_classes}")
+            out.append((f"data.{key}: {ds.n_rows} rows in {len(paths)} file(s), {span}: ok",
+                        True))
+        except (birdjepa.Error, birdjepa.config.ConfigError, OSError) as e:
+            out.append((f"data.{key}: {e}", False))
+    return out
+
+
+def _dry_run(cfgs: list[birdjepa.config.Config]) -> None:
+    failed = 0
+    for i, c in enumerate(cfgs):
+        print(f"# {c.run_id}\n{birdjepa.config.to_toml(c)}")
+        for line, ok in check_shards(c):
+            print(f"entry {i} ({c.run_id}): {line}")
+            failed += not ok
+    if failed:
+        raise SweepError(f"dry run: {failed} shard check(s) failed (see the entry lines above)")
+
+
 def is_complete(cfg: birdjepa.config.Config) -> bool:
-    return (pathlib.Path(cfg.run_dir) / COMPLETE).exists()
+    return birdjepa.rundir.is_complete(cfg.run_dir)
 
 
 def make_executor(lc: LaunchConfig, *, job_name: str, n_workers: int):
-    import submitit
-
+    if lc.executor == "slurm" and shutil.which("srun") is None:
+        raise SweepError("--executor slurm: expected Slurm's srun on PATH (a login node of a "
+                         "Slurm cluster), found none; use --executor local to run here")
     folder = pathlib.Path(lc.log_dir) / job_name / "%j"
     executor = submitit.AutoExecutor(folder=folder, cluster=lc.executor)
     s = lc.slurm
@@ -196,22 +236,22 @@ def make_executor(lc: LaunchConfig, *, job_name: str, n_workers: int):
 
 
 def launch(lc: LaunchConfig) -> list:
-    import birdjepa.job
-
     cfgs = resolve(lc.sweep)
     todo = [c for c in cfgs if not is_complete(c)]
     for c in cfgs:
         state = "complete, skipped" if is_complete(c) else "to run"
         print(f"{c.run_id}: {state} -> {c.run_dir}")
     if lc.dry_run:
-        for c in cfgs:
-            print(f"# {c.run_id}\n{birdjepa.config.to_toml(c)}")
+        _dry_run(cfgs)
         return []
     if not todo:
         print("every run of this sweep is complete; nothing submitted")
         return []
     name = pathlib.Path(lc.sweep).stem
-    n_workers = max(c.data.n_workers for c in todo) * 2
+    # cpus-per-task default: fixed loader workers (train + eval) + 2; "auto" workers take what
+    # the job gets, 16 unless --slurm.cpus-per-task says otherwise.
+    fixed = [c.data.n_workers * 2 for c in todo if c.data.n_workers != "auto"]
+    n_workers = max(fixed) if len(fixed) == len(todo) else 14
     executor = make_executor(lc, job_name=name, n_workers=n_workers)
     with executor.batch():
         jobs = [executor.submit(birdjepa.job.TrainingJob(c)) for c in todo]

@@ -74,6 +74,10 @@ def console_line(step: int, n_steps: int, row: dict, rate: dict) -> str:
     parts.append(f"{rate['steps_per_s']:.2f} steps/s")
     parts.append(f"{rate['clips_per_s']:.0f} clips/s")
     parts.append(f"data wait {100 * rate['data_wait_frac']:.0f}%")
+    if "tflops" in rate:
+        parts.append(f"{rate['tflops']:.3g} TFLOP/s")
+    if "mfu" in rate:
+        parts.append(f"MFU {100 * rate['mfu']:.1f}%")
     return " | ".join(parts)
 
 

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "tests"))
+sys.path.insert(0, str(HERE.parents[2] / "tests" / "support"))
 
 import resume_helpers as h  # noqa: E402
 

@@ -13,9 +13,13 @@ import time
 import jax
 import numpy as np
 
+import birdjepa.demo_data
 import birdjepa.job
+import birdjepa.preemption
+import birdjepa.train.cli
+import birdjepa.train.run
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 DETERMINISTIC = ("loss", "probe_loss", "probe_acc", "train_acc", "lr", "grad_norm", "param_norm",
                  "eval/probe_acc", "eval/probe_loss", "eval/n", "eval/head_acc")
@@ -24,8 +28,6 @@ DETERMINISTIC = ("loss", "probe_loss", "probe_acc", "train_acc", "lr", "grad_nor
 
 def write_corpus(out: pathlib.Path) -> pathlib.Path:
     """A tiny demo corpus (24 recordings of 5-8 s in 2 shards): seconds to write."""
-    import birdjepa.demo_data
-
     birdjepa.demo_data.write(out, n_recordings=24, n_shards=2, min_s=5.0, max_s=8.0, workers=1)
     return out
 
@@ -85,7 +87,7 @@ def cache_env() -> dict:
 
 
 def env(n_devices: int = 1) -> dict:
-    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"),
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests" / "support"),
                             os.environ.get("PYTHONPATH", "")])
     e = {**os.environ, "WANDB_MODE": "disabled", "JAX_PLATFORMS": "cpu", "PYTHONPATH": path,
          **cache_env()}
@@ -274,30 +276,28 @@ class HoldUntilPreempted(birdjepa.job.TrainingJob):
         self.hold_at = hold_at
 
     def __call__(self):
-        import birdjepa.pretrain
-
         flags = []
-        original = birdjepa.job.Preemption
+        original = birdjepa.preemption.Preemption
 
         class Recorded(original):
             def __init__(self):
                 super().__init__()
                 flags.append(self)
 
-        make_loaders = birdjepa.pretrain.make_loaders
+        make_loaders = birdjepa.train.run.make_loaders
 
         def held(cfg, *, train_state=None):
             train, evals = make_loaders(cfg, train_state=train_state)
             print(f"holding at step {self.hold_at} until preempted", flush=True)
             return HeldTrainLoader(train, flags[-1], self.hold_at), evals
 
-        birdjepa.job.Preemption = Recorded
-        birdjepa.pretrain.make_loaders = held
+        birdjepa.preemption.Preemption = Recorded
+        birdjepa.train.run.make_loaders = held
         try:
             return super().__call__()
         finally:
-            birdjepa.job.Preemption = original
-            birdjepa.pretrain.make_loaders = make_loaders
+            birdjepa.preemption.Preemption = original
+            birdjepa.train.run.make_loaders = make_loaders
 
     def checkpoint(self, *args, **kwargs):
         import submitit.helpers
@@ -305,16 +305,15 @@ class HoldUntilPreempted(birdjepa.job.TrainingJob):
         return submitit.helpers.DelayedSubmission(birdjepa.job.TrainingJob(self.cfg))
 
 
-def split_run(cfg, run_dir, *, at: int, n_devices: int = 1) -> int:
-    """Stop a CLI run with SIGUSR2 once step `at` is logged (it saves at the next step boundary
-    and exits 75), then run the same command again to the end; returns the step it stopped at."""
-    import birdjepa.pretrain
-
+def split_run(cfg, run_dir, *, at: int, n_devices: int = 1, sig=signal.SIGUSR2) -> int:
+    """Stop a CLI run with `sig` (SIGUSR2, SIGTERM or SIGINT: Ctrl-C) once step `at` is logged
+    (it saves at the next step boundary and exits 75), then run the same command again to the
+    end; returns the step it stopped at."""
     run_dir = pathlib.Path(run_dir)
     p = Proc(cfg, run_dir, n_devices=n_devices)
     assert p.wait_step(at), p.text()
-    p.signal(signal.SIGUSR2)
-    assert p.wait() == birdjepa.pretrain.EXIT_PREEMPTED, p.text()
+    p.signal(sig)
+    assert p.wait() == birdjepa.train.cli.EXIT_PREEMPTED, p.text()
     stopped = [int(line.split()[1].rstrip(":")) for line in p.lines if "stop requested" in line]
     assert len(stopped) == 1 and at <= stopped[0], p.text()
     assert not (run_dir / "COMPLETE").exists(), "a preempted run must not be marked complete"

@@ -1,0 +1,111 @@
+"""The run directory: its layout, its identity and who owns it. No JAX here, so the launcher and
+notebooks can read a run directory cheaply.
+
+    <run_dir>/run_id          the run's id (the wandb id), kept across resumes
+    <run_dir>/lock            flock'ed by the process that trains in it (pid and host inside)
+    <run_dir>/config.toml     the finalized config
+    <run_dir>/metrics.jsonl   one JSON row per logged step
+    <run_dir>/checkpoints/    Orbax steps (birdjepa.checkpoint)
+    <run_dir>/COMPLETE        written last, with the summary, once training finished
+"""
+
+import dataclasses
+import fcntl
+import json
+import os
+import pathlib
+import socket
+
+import birdjepa.config
+
+COMPLETE = "COMPLETE"
+"""Marker file written into a run directory when its training has finished."""
+RUN_ID = "run_id"
+LOCK = "lock"
+
+
+class RunDirBusy(birdjepa.config.ConfigError):
+    """Another live process trains in this run directory."""
+
+
+def default_run_id(cfg: birdjepa.config.Config) -> str:
+    """A stable id from the config keys that shape the run: the same command finds the same
+    run directory again (and resumes it), another seed or model gets another one."""
+    d = dataclasses.asdict(dataclasses.replace(cfg, run_id="", run_dir=""))
+    return "run-" + birdjepa.config.config_hash(d)[:10]
+
+
+def assign(cfg: birdjepa.config.Config) -> birdjepa.config.Config:
+    """`cfg` with run_id and run_dir filled: an explicit run_id wins, then the id kept in the
+    run directory, then `default_run_id`; run_dir defaults to runs/<run_id>."""
+    run_id = cfg.run_id
+    if not run_id and cfg.run_dir:
+        kept = pathlib.Path(cfg.run_dir) / RUN_ID
+        run_id = kept.read_text().strip() if kept.is_file() else ""
+    run_id = run_id or default_run_id(cfg)
+    return dataclasses.replace(cfg, run_id=run_id, run_dir=cfg.run_dir or f"runs/{run_id}")
+
+
+def keep_run_id(run_dir: pathlib.Path, run_id: str) -> None:
+    (run_dir / RUN_ID).write_text(run_id + "\n")
+
+
+def read_complete(run_dir: str | pathlib.Path) -> dict | None:
+    """The summary in run_dir/COMPLETE, written only when training finished; None if absent."""
+    path = pathlib.Path(run_dir) / COMPLETE
+    if not path.exists():
+        return None
+    text = path.read_text().strip()
+    return json.loads(text) if text else {"steps": None}
+
+
+def is_complete(run_dir: str | pathlib.Path) -> bool:
+    return (pathlib.Path(run_dir) / COMPLETE).exists()
+
+
+def mark_complete(run_dir: pathlib.Path, summary: dict) -> None:
+    """Written last, after the final checkpoint committed (atomically: tmp + rename)."""
+    tmp = run_dir / (COMPLETE + ".tmp")
+    tmp.write_text(json.dumps(summary))
+    os.replace(tmp, run_dir / COMPLETE)
+
+
+def clear_complete(run_dir: pathlib.Path) -> None:
+    (run_dir / COMPLETE).unlink(missing_ok=True)
+
+
+class Lock:
+    """An exclusive `flock` on run_dir/lock, held while a process trains there. The kernel
+    releases it when the process dies, so a requeued job gets it back once the old one is gone;
+    a second live run is refused at once, naming the holder's pid and host."""
+
+    def __init__(self, run_dir: pathlib.Path):
+        self.path = run_dir / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> "Lock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunDirBusy(
+                f"run_dir {self.path.parent}: expected no other run in it, but one holds "
+                f"{self.path} ({holder}); stop it or use another --run_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()

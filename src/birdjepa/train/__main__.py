@@ -1,0 +1,7 @@
+"""`python -m birdjepa.train --cfg FILE.toml [--n_steps=40 ...]`; see birdjepa.train.cli."""
+
+import sys
+
+import birdjepa.train.cli
+
+sys.exit(birdjepa.train.cli.main(sys.argv[1:]))

@@ -1,0 +1,35 @@
+"""Command line of `python -m birdjepa.train` (and its alias `python -m birdjepa.pretrain`).
+
+Exit status: 0 trained (or already complete); 2 a configuration error, one line naming the key;
+75 stopped by SIGTERM, SIGUSR2 or Ctrl-C at a step boundary after saving a checkpoint (starting
+the same command again resumes); 130 a second Ctrl-C, which aborts at once; 1 a crash.
+"""
+
+import signal
+import sys
+
+import birdjepa.config
+import birdjepa.preemption
+import birdjepa.train.loop
+
+EXIT_USAGE = 2
+EXIT_PREEMPTED = 75
+"""Exit status of a run stopped by a signal after saving its checkpoint (EX_TEMPFAIL)."""
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: list[str]) -> int:
+    try:
+        cfg = birdjepa.config.cli(argv)
+        stop = birdjepa.preemption.Preemption()
+        for sig in (signal.SIGTERM, signal.SIGUSR2):
+            stop.install(sig)
+        stop.install(signal.SIGINT, second_aborts=True)
+        summary = birdjepa.train.loop.main(cfg, should_stop=stop.is_set)
+    except birdjepa.config.ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted twice: aborted without saving", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_PREEMPTED if summary.get("preempted") else 0

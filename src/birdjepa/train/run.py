@@ -1,0 +1,249 @@
+"""A run directory's life: open it, decide where the train state comes from, save, finish.
+
+Where the state comes from, in this order (the whole resume policy):
+1. Resume. run_dir/checkpoints holds a complete step: restore it (model, optimiser, PRNG key,
+   step) and the loader position, and continue bit-exactly. A config that changed a key that
+   shapes the run (everything but `config.NOT_SHAPING`) is refused, naming the keys, unless
+   `resume="force"` (continue anyway; a loader stream that changed is entered at the saved
+   step) or `resume="never"` (move the checkpoints and metrics aside, then start over).
+2. Init-from. `init_encoder` names another run: its latest checkpoint's encoder replaces the
+   fresh one (read-only: that run may still be writing); heads, probe and optimiser are fresh.
+3. Scratch: everything from `seed`.
+A run whose COMPLETE marker records at least n_steps returns at once. Process 0 holds the run
+lock (birdjepa.rundir.Lock) for the whole run and alone writes files beside the checkpoints.
+"""
+
+import dataclasses
+import pathlib
+import shutil
+import subprocess
+import time
+
+import jax
+
+import birdjepa
+import birdjepa.checkpoint
+import birdjepa.config
+import birdjepa.data
+import birdjepa.distributed
+import birdjepa.metrics
+import birdjepa.rundir
+import birdjepa.train.state
+import birdjepa.train.step
+
+
+@dataclasses.dataclass
+class Run:
+    """An opened run: its config, directory, checkpoints, loaders and initial state."""
+
+    cfg: birdjepa.config.Config
+    dir: pathlib.Path
+    is_main: bool
+    ckpt: birdjepa.checkpoint.Checkpointer
+    state: dict
+    static: dict
+    tx: object
+    mesh: jax.sharding.Mesh
+    train_loader: object
+    eval_loader: object
+    meta: dict
+    owns_loaders: bool
+    lock: birdjepa.rundir.Lock | None
+
+    def save(self, step: int, state: dict, *, loader_state: dict, final: bool) -> None:
+        """A collective: every process calls it. `loader_state` is the train loader's state
+        after the last batch that went into `state` (birdjepa.train.feed.Fed). It is global
+        (the next global step of the stream), so process 0's JSON item resumes every process."""
+        self.ckpt.save(step, state, loader=loader_state, meta={**self.meta, "step": step},
+                       force=final)
+
+    def close(self) -> None:
+        """Waits for an async save in flight (a completed step is never lost), then closes."""
+        self.ckpt.close()
+        if self.owns_loaders:
+            self.train_loader.close()
+            self.eval_loader.close()
+        if self.lock is not None:
+            self.lock.release()
+
+
+def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
+    """The run for `cfg` (see the module docstring), or the COMPLETE summary of a finished one.
+
+    `loaders` = (train, eval) replaces make_loaders(cfg) (tests, benchmarks); a callable
+    `loaders(cfg, train_state=...)` builds them and lets a run resume with them."""
+    cfg = birdjepa.rundir.assign(birdjepa.config.finalize(cfg))
+    birdjepa.distributed.initialize(cfg.distributed)
+    is_main = jax.process_index() == 0
+    run_dir = pathlib.Path(cfg.run_dir)
+    done = birdjepa.rundir.read_complete(run_dir)
+    if done is not None and cfg.resume != "never" and (done.get("steps") or 0) >= cfg.n_steps:
+        if is_main:
+            print(f"run {cfg.run_id} is already complete ({done.get('steps')} steps) in "
+                  f"{run_dir}; nothing to do", flush=True)
+        return {**done, "already_complete": True, "preempted": False}
+    mesh = birdjepa.train.state.make_mesh()
+    birdjepa.config.validate(cfg, n_devices=mesh.devices.size, process_count=jax.process_count())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = birdjepa.rundir.Lock(run_dir).acquire() if is_main else None
+    try:
+        return _open_locked(cfg, run_dir, is_main, mesh, loaders, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _open_locked(cfg, run_dir: pathlib.Path, is_main: bool, mesh, loaders, lock) -> Run:
+    if is_main:
+        birdjepa.rundir.clear_complete(run_dir)  # n_steps was raised: train on
+        birdjepa.rundir.keep_run_id(run_dir, cfg.run_id)
+        (run_dir / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+    ckpt, resume_step = _open_checkpoints(cfg, run_dir)
+    cfg_dict = dataclasses.asdict(cfg)
+    meta = {"config": cfg_dict, "config_hash": birdjepa.config.config_hash(cfg_dict),
+            "code_version": code_version(), "wandb_id": cfg.run_id}
+    state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
+    train_state = None
+    if resume_step is not None:
+        t0 = time.perf_counter()
+        restored = ckpt.restore(state)  # the newest intact step: corrupt ones are set aside
+        state, train_state, resume_step = restored.state, restored.loader, restored.step
+        if is_main:
+            print(f"resumed from step {resume_step} ({time.perf_counter() - t0:.2f} s)",
+                  flush=True)
+    elif cfg.init_encoder:
+        state = init_from(cfg, state, mesh)
+    if is_main:  # rows logged after the checkpoint we start from belong to a lost future
+        birdjepa.metrics.truncate(run_dir / "metrics.jsonl", after_step=resume_step or 0)
+    owns = loaders is None or callable(loaders)
+    train, evals = _open_loaders(cfg, loaders, train_state)
+    return Run(cfg=cfg, dir=run_dir, is_main=is_main, ckpt=ckpt, state=state, static=static,
+               tx=tx, mesh=mesh, train_loader=train, eval_loader=evals, meta=meta,
+               owns_loaders=owns, lock=lock)
+
+
+def _open_checkpoints(cfg, run_dir: pathlib.Path):
+    """(Checkpointer, the step to resume from or None), applying cfg.resume."""
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt = birdjepa.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every, keep=cfg.ckpt_keep)
+    latest = ckpt.latest_step()
+    if latest is None:
+        return ckpt, None
+    if cfg.resume == "never":
+        ckpt.close()
+        if jax.process_index() == 0:
+            aside = run_dir / f"checkpoints.old-{time.strftime('%Y%m%d-%H%M%S')}"
+            shutil.move(ckpt_dir, aside)
+            if (run_dir / "metrics.jsonl").exists():  # the old run's rows go with its checkpoints
+                shutil.move(run_dir / "metrics.jsonl", aside / "metrics.jsonl")
+            print(f"resume=never: moved existing checkpoints to {aside}", flush=True)
+        birdjepa.distributed.barrier("resume-never")
+        return birdjepa.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every,
+                                                keep=cfg.ckpt_keep), None
+    if cfg.resume != "force":
+        saved = ckpt.read_meta().get("config", {})
+        birdjepa.config.check_same(
+            saved, cfg, ignore=birdjepa.config.NOT_SHAPING,
+            what=f"{ckpt_dir} holds step {latest} of a run with a different config; use "
+                 "--resume=force to continue anyway, --resume=never to start over, or another "
+                 "--run_dir")
+    return ckpt, latest
+
+
+def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None):
+    """(train, eval) birdjepa.data.Loader over the configured shards; fails fast on missing
+    paths. `train_state` (a train loader's state_dict()) resumes the train stream."""
+    birdjepa.config.check_data_paths(cfg)
+    d = cfg.data
+    # batch_size is global: with several processes each gets its batch_size // process_count.
+    common = dict(seed=cfg.seed, n_workers=birdjepa.config.loader_workers(d.n_workers), process_index=jax.process_index(),
+                  process_count=jax.process_count(), n_frames=d.n_frames, n_mels=d.n_mels,
+                  audio_column=d.audio_column, label_column=d.label_column)
+    train = birdjepa.data.Loader(d.train_shards, mode="train", batch_size=cfg.batch_size,
+                                 n_views=d.n_views, state=train_state, **common)
+    evals = birdjepa.data.Loader(d.eval_shards, mode="eval",
+                                 batch_size=d.eval_batch_size or cfg.batch_size, **common)
+    for key, loader in (("train_shards", train), ("eval_shards", evals)):
+        problem = birdjepa.data.label_problem(loader.label_range, cfg.n_classes)
+        if problem:
+            train.close()
+            evals.close()
+            raise birdjepa.config.ConfigError(f"data.{key}: {problem}")
+    return train, evals
+
+
+def _open_loaders(cfg: birdjepa.config.Config, loaders, train_state: dict | None):
+    """(train, eval) loaders, the train stream resumed from `train_state`.
+
+    With resume="force" and a config that changed the stream (seed, batch size, shards...), the
+    saved position does not fit the new stream: the new stream is entered at the same step.
+    """
+    if loaders is not None and not callable(loaders):
+        if train_state is not None:
+            raise ValueError("resuming needs `loaders` as a callable (cfg, train_state=...)")
+        return loaders
+    build = make_loaders if loaders is None else loaders
+    try:
+        return build(cfg, train_state=train_state)
+    except birdjepa.StateMismatchError as e:
+        if cfg.resume != "force":
+            raise
+        print(f"resume=force: {e}; entering the new stream at step {train_state['step']}",
+              flush=True)
+    train, evals = build(cfg, train_state=None)
+    moved = {**train.state_dict(), "step": int(train_state["step"])}
+    train.close()
+    evals.close()
+    return build(cfg, train_state=moved)
+
+
+def init_from(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
+    """`state` with its encoder replaced by the encoder in the latest checkpoint of the run
+    `cfg.init_encoder` (optimiser state, heads and probe stay freshly initialised)."""
+    src = pathlib.Path(cfg.init_encoder)
+    ckpt_dir = src / "checkpoints" if (src / "checkpoints").is_dir() else src
+    if not ckpt_dir.is_dir():
+        raise birdjepa.config.ConfigError(
+            f"init_encoder: expected a run directory or its checkpoints/ directory, "
+            f"got {str(src)!r}, which does not exist")
+    with birdjepa.checkpoint.Checkpointer(ckpt_dir, every=1, keep=1, read_only=True) as ck:
+        step = ck.latest_step()  # the newest intact step (read-only: nothing is moved)
+        if step is None:
+            raise birdjepa.config.ConfigError(
+                f"init_encoder: no complete checkpoint in {ckpt_dir}")
+        saved = ck.read_meta(step).get("config", {})
+        birdjepa.config.check_same(saved, cfg, keys=birdjepa.config.ENCODER_SHAPING,
+                                   ignore=birdjepa.config.ENCODER_FREE,
+                                   what=f"init_encoder: {ckpt_dir} step {step} holds another "
+                                        "model")
+        src_cfg = birdjepa.config.from_dict(birdjepa.config.Config,
+                                            birdjepa.config.strip_none(saved))
+        like, _ = birdjepa.train.state.abstract_state(
+            src_cfg, sharding=birdjepa.train.state.replicated(mesh))
+        encoder = ck.restore(like, step=step).state["params"]["encoder"]
+    print(f"encoder initialised from {ckpt_dir} step {step}", flush=True)
+    return {**state, "params": {**state["params"], "encoder": encoder}}
+
+
+def code_version() -> str:
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=5, cwd=pathlib.Path(__file__).parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def finish(run: Run, state: dict, summary: dict) -> None:
+    """After a run that was not preempted: the curves, then COMPLETE, written last, and only for
+    finite parameters (a NaN model is not a finished one)."""
+    if summary["preempted"]:
+        return
+    if not birdjepa.checkpoint.all_finite(state["params"]):
+        raise birdjepa.train.step.NonFiniteError(
+            f"run {run.cfg.run_id}: parameters are not finite after step {summary['steps']}; "
+            f"not marked complete")
+    if run.is_main:
+        birdjepa.metrics.plot(run.dir / "metrics.jsonl", run.dir / "curves.png")
+        birdjepa.rundir.mark_complete(run.dir, summary)

@@ -1,0 +1,50 @@
+"""Tiny training configs and synthetic loaders: a run in seconds, for tests."""
+
+import dataclasses
+
+import birdjepa.config
+import birdjepa.model
+import birdjepa.objectives
+import birdjepa.objectives.lejepa
+import birdjepa.objectives.mae
+import birdjepa.rundir
+import birdjepa.synthetic
+
+
+def tiny_config(objective: str = "supervised", **overrides):
+    """A seconds-scale Config for tests: 1-block width-32 encoder on (32, 64) inputs, 4 classes.
+
+    `overrides` replace top-level fields (e.g. n_steps=5, run_dir=...)."""
+    base = birdjepa.config.Config()
+    cfg = birdjepa.config.Config(
+        n_steps=5,
+        batch_size=8,
+        n_classes=4,
+        run_id="test",
+        objective=birdjepa.objectives.ObjectiveConfig(
+            name=objective,
+            lejepa=birdjepa.objectives.lejepa.LeJEPAConfig(
+                n_slices=16, proj_hidden=32, proj_dim=16
+            ),
+            mae=birdjepa.objectives.mae.MAEConfig(
+                dec_width=32, dec_depth=1, dec_heads=2, block=(1, 2)
+            ),
+        ),
+        model=birdjepa.model.ModelConfig(width=32, depth=1, n_heads=2, n_registers=1),
+        data=birdjepa.config.DataConfig(n_views=2 if objective == "lejepa" else 1, n_frames=32,
+                                        n_mels=64),
+        optim=dataclasses.replace(base.optim, warmup=2),
+        eval_every=0,
+        log_every=1,
+        wandb=birdjepa.config.WandbConfig(mode="disabled"),
+    )
+    return dataclasses.replace(cfg, **overrides)
+
+
+tiny_loaders = birdjepa.synthetic.loaders
+"""(train, eval) SyntheticLoaders matching a config."""
+
+
+def finalize(cfg):
+    """`cfg` as a run sees it: model preset resolved, checked, run_id and run_dir filled."""
+    return birdjepa.rundir.assign(birdjepa.config.finalize(cfg))
