@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 
 import birdjepa.demo_data as demo_data
+import birdjepa.demo_data.cli
 
 N_RECORDINGS = 36
 N_SHARDS = 3
@@ -270,8 +271,8 @@ def test_refuses_to_overwrite_unless_asked(tmp_path):
 def test_cli(tmp_path, capsys):
     out = tmp_path / "cli"
     argv = [str(out), "--n-recordings", "3", "--n-shards", "2", "--seed", "4"]
-    assert demo_data.main([*argv, "--min-s", "1", "--max-s", "2", "--workers", "1"]) == 0
+    assert birdjepa.demo_data.cli.main([*argv, "--min-s", "1", "--max-s", "2", "--workers", "1"]) == 0
     printed = capsys.readouterr().out
     assert "wrote 3 recordings" in printed and "rufchi1" in printed
     assert len(list(out.glob("data-*-of-00002.arrow"))) == 2
-    assert demo_data.main([*argv]) == 2  # exists: refused
+    assert birdjepa.demo_data.cli.main([*argv]) == 2  # exists: refused

@@ -1,4 +1,5 @@
-"""A synthetic stand-in for `birdjepa.data.Loader` (same interface) for tests and benchmarks.
+"""A synthetic stand-in for `birdjepa.data.Loader` (same interface): a run without audio data
+(tests, benchmarks, checking a config end to end in seconds).
 
 Each class is a fixed random pattern of a few mel bands switched on and off in time; a clip is
 its class pattern, randomly shifted in time, scaled, plus Gaussian noise. Views of one clip
@@ -102,47 +103,9 @@ class SyntheticLoader:
         self.close()
 
 
-def tiny_config(objective: str = "supervised", **overrides):
-    """A seconds-scale Config for tests: 1-block width-32 encoder on (32, 64) inputs, 4 classes.
-
-    `overrides` replace top-level fields (e.g. n_steps=5, run_dir=...)."""
-    import dataclasses
-
-    import birdjepa.config
-    import birdjepa.model
-    import birdjepa.objectives
-    import birdjepa.objectives.lejepa
-    import birdjepa.objectives.mae
-    import birdjepa.optim
-
-    base = birdjepa.config.Config()
-    cfg = birdjepa.config.Config(
-        n_steps=5,
-        batch_size=8,
-        n_classes=4,
-        run_id="test",
-        objective=birdjepa.objectives.ObjectiveConfig(
-            name=objective,
-            lejepa=birdjepa.objectives.lejepa.LeJEPAConfig(
-                n_slices=16, proj_hidden=32, proj_dim=16
-            ),
-            mae=birdjepa.objectives.mae.MAEConfig(
-                dec_width=32, dec_depth=1, dec_heads=2, block=(1, 2)
-            ),
-        ),
-        model=birdjepa.model.ModelConfig(width=32, depth=1, n_heads=2, n_registers=1),
-        data=birdjepa.config.DataConfig(n_views=2 if objective == "lejepa" else 1, n_frames=32,
-                                        n_mels=64),
-        optim=dataclasses.replace(base.optim, warmup=2),
-        eval_every=0,
-        log_every=1,
-        wandb=birdjepa.config.WandbConfig(mode="disabled"),
-    )
-    return dataclasses.replace(cfg, **overrides)
-
-
-def tiny_loaders(cfg, *, n_eval: int = 12, train_state: dict | None = None):
-    """(train, eval) SyntheticLoaders matching `cfg` (eval's last batch is padded)."""
+def loaders(cfg, *, n_eval: int = 12, train_state: dict | None = None):
+    """(train, eval) SyntheticLoaders matching a `birdjepa.config.Config` (eval's last batch is
+    padded); `train_state` resumes the train stream."""
     kw = dict(batch_size=cfg.batch_size, seed=cfg.seed, n_classes=cfg.n_classes,
               n_frames=cfg.data.n_frames, n_mels=cfg.data.n_mels)
     return (SyntheticLoader(mode="train", n_views=cfg.data.n_views, state=train_state, **kw),

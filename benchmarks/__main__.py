@@ -1,4 +1,4 @@
-"""Dispatch `python -m birdjepa.bench NAME [args]` to `birdjepa.bench.NAME.main(args)`."""
+"""Dispatch `python -m benchmarks NAME [args]` to `benchmarks.NAME.main(args)`."""
 
 import importlib
 import sys
@@ -8,9 +8,9 @@ NAMES = ("transforms", "loader", "train", "ckpt")
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in NAMES:
-        print(f"usage: python -m birdjepa.bench {{{','.join(NAMES)}}} [args]", file=sys.stderr)
+        print(f"usage: python -m benchmarks {{{','.join(NAMES)}}} [args]", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"birdjepa.bench.{argv[0]}")
+    module = importlib.import_module(f"benchmarks.{argv[0]}")
     return module.main(argv[1:]) or 0
 
 

@@ -1,4 +1,4 @@
-"""Benchmark the per-clip audio transforms: `python -m birdjepa.bench transforms [--quick]`.
+"""Benchmark the per-clip audio transforms: `python -m benchmarks transforms [--quick]`.
 
 For each codec (ogg, mp3, flac, wav), layout (44.1 kHz mono, 48 kHz stereo) and recording length,
 prints the median CPU ms per 5 s clip (random start) of our stages (windowed decode, full decode,
@@ -164,7 +164,7 @@ def cpu_ms(fn, args_list) -> float:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m birdjepa.bench transforms", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks transforms", description=__doc__)
     p.add_argument("--quick", action="store_true", help="two lengths, few repetitions")
     p.add_argument("--reps", type=int, default=None, help="clips per measurement")
     p.add_argument("--codecs", default=",".join(FORMATS), help="comma-separated subset")

@@ -5,7 +5,7 @@ import pathlib
 
 import birdjepa.config
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 
 def load(name: str, batch_size: int | None, backend: str) -> birdjepa.config.Config:

@@ -1,4 +1,4 @@
-"""Checkpoint cost: `python -m birdjepa.bench ckpt [--configs demo vit-s] [--saves 3]`.
+"""Checkpoint cost: `python -m benchmarks ckpt [--configs demo vit-s] [--saves 3]`.
 
 For each config, with the real train state (model, optimiser state, PRNG key, step) after one
 update and `birdjepa.synthetic` data (no corpus needed):
@@ -21,11 +21,12 @@ import time
 
 import jax
 
-import birdjepa.bench.configs
+import benchmarks.configs
 import birdjepa.checkpoint
 import birdjepa.config
-import birdjepa.pretrain
 import birdjepa.synthetic
+import birdjepa.train.state
+import birdjepa.train.step
 
 
 def dir_bytes(path: pathlib.Path) -> int:
@@ -33,15 +34,15 @@ def dir_bytes(path: pathlib.Path) -> int:
 
 
 def bench(cfg: birdjepa.config.Config, n_saves: int, root: pathlib.Path) -> dict:
-    cfg = birdjepa.pretrain.finalize(cfg)
-    mesh = birdjepa.pretrain.make_mesh()
-    state, static, tx = birdjepa.pretrain.init_state(cfg, mesh)
-    update_fn = birdjepa.pretrain.jit_update(cfg, static=static, tx=tx)
-    train, _ = birdjepa.synthetic.tiny_loaders(cfg)
+    cfg = birdjepa.config.finalize(cfg)
+    mesh = birdjepa.train.state.make_mesh()
+    state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
+    update_fn = birdjepa.train.step.jit_update(cfg, static=static, tx=tx)
+    train, _ = birdjepa.synthetic.loaders(cfg)
     it = iter(train)
 
     def step(state):
-        state, m = update_fn(state, birdjepa.pretrain.shard_batch(next(it), cfg, mesh))
+        state, m = update_fn(state, birdjepa.train.state.shard_batch(next(it), cfg, mesh))
         jax.block_until_ready(m)
         return state
 
@@ -84,7 +85,7 @@ def bench(cfg: birdjepa.config.Config, n_saves: int, root: pathlib.Path) -> dict
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m birdjepa.bench ckpt", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m benchmarks ckpt", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", default=["demo", "vit-s"])
     p.add_argument("--saves", type=int, default=3, help="timed saves per mode and config")
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> int:
     print(f"{'config':8s} {'params':>11s} {'step s':>7s} {'size MB':>8s} {'async blocked s':>16s} "
           f"{'(drain s)':>9s} {'sync blocked s':>15s} {'restore s':>10s} {'restore->step s':>16s}")
     for name in a.configs:
-        cfg = birdjepa.bench.configs.load(name, a.batch_size, jax.default_backend())
+        cfg = benchmarks.configs.load(name, a.batch_size, jax.default_backend())
         with tempfile.TemporaryDirectory(dir=a.dir, prefix=f"bench-ckpt-{name}-") as d:
             r = bench(cfg, a.saves, pathlib.Path(d))
         print(f"{name:8s} {r['params']:11,d} {r['step_s']:7.3f} {r['bytes'] / 1e6:8.1f} "

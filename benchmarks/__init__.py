@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m benchmarks {transforms,loader,train,ckpt}`. They print figures."""

@@ -1,0 +1,167 @@
+"""Training throughput: `python -m benchmarks train [--configs demo vit-s] [--steps N]`.
+
+For each config, first XLA's memory analysis of the compiled update (arguments, outputs, temporaries
+and their sum less the donated aliases: the device memory the step asks for), then over `--steps`
+timed updates after one warm-up (compile) update: steps/s, views/s (clips x views), MFU (model FLOPs
+of birdjepa.train.flops over the device's bf16/TF32 peak; n/a on CPU), and per step the data wait,
+the host-to-device copy and the device step time, and the peak device memory where the backend
+reports it. Data comes from the Rust loader (`birdjepa.data.Loader`) over `--data` (default: the
+demo corpus, `make data/demo/.done-split`), with `--synthetic` from in-memory random batches, or
+with `--synthetic-on-device` from one batch already on the device (the step alone). With
+`--memory-only` nothing runs: only the memory analysis, at the config's own batch size.
+"""
+
+import argparse
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+
+import benchmarks.configs
+import birdjepa.config
+import birdjepa.model
+import birdjepa.optim
+import birdjepa.synthetic
+import birdjepa.train.flops
+import birdjepa.train.run
+import birdjepa.train.state
+import birdjepa.train.step
+
+GB = 1e9
+
+
+def make_loader(cfg: birdjepa.config.Config, data: str | None):
+    """The train loader over `data` (a shard directory), or synthetic batches if None."""
+    if data is None:
+        return birdjepa.synthetic.loaders(cfg)[0]
+    cfg = dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, train_shards=data, eval_shards=data))
+    train, evals = birdjepa.train.run.make_loaders(cfg)
+    evals.close()
+    return train
+
+
+def abstract_batch(cfg: birdjepa.config.Config, sharding) -> dict:
+    """Shapes of a sharded batch as `shard_batch` builds it (leading micro-batch axis)."""
+    n_micro = cfg.optim.grad_accum
+    b = cfg.batch_size // n_micro
+    views = (cfg.data.n_views,) if cfg.data.n_views > 1 else ()
+    spec = {"data": ((n_micro, *views, b, cfg.data.n_frames, cfg.data.n_mels), jnp.float32),
+            "target": ((n_micro, b), jnp.int32), "valid": ((n_micro, b), jnp.bool_)}
+    return {k: jax.ShapeDtypeStruct(s, dt, sharding=sharding) for k, (s, dt) in spec.items()}
+
+
+def memory_analysis(cfg: birdjepa.config.Config) -> dict:
+    """XLA's memory analysis of the update compiled for one device (nothing is allocated):
+    bytes of arguments, outputs, temporaries, donated aliases, and total = arg + out + temp -
+    alias."""
+    cfg = birdjepa.config.finalize(cfg)
+    state, static = birdjepa.train.state.abstract_state(cfg)
+    tx = birdjepa.optim.make(cfg.optim, state["params"])
+    sharding = jax.tree.leaves(state)[0].sharding
+    fn = birdjepa.train.step.jit_update(cfg, static=static, tx=tx)
+    m = fn.lower(state, abstract_batch(cfg, sharding)).compile().memory_analysis()
+    out = {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes,
+           "temp": m.temp_size_in_bytes, "alias": m.alias_size_in_bytes}
+    out["total"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return out
+
+
+def _peak_memory() -> float | None:
+    stats = jax.devices()[0].memory_stats()
+    return None if not stats else stats.get("peak_bytes_in_use")
+
+
+def bench(cfg: birdjepa.config.Config, n_steps: int, data: str | None, *,
+          on_device: bool = False) -> dict:
+    cfg = birdjepa.config.finalize(cfg)
+    mesh = birdjepa.train.state.make_mesh()
+    state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
+    update_fn = birdjepa.train.step.jit_update(cfg, static=static, tx=tx)
+    loader = make_loader(cfg, data)
+    it = iter(loader)
+    batch = birdjepa.train.state.shard_batch(next(it), cfg, mesh)
+    t0 = time.perf_counter()
+    state, m = update_fn(state, batch)
+    jax.block_until_ready(m)
+    compile_s = time.perf_counter() - t0
+    wait = h2d = step = 0.0
+    t_start = time.perf_counter()
+    for _ in range(n_steps):
+        t0 = time.perf_counter()
+        if not on_device:
+            host = next(it)
+            t1 = time.perf_counter()
+            batch = jax.block_until_ready(birdjepa.train.state.shard_batch(host, cfg, mesh))
+            wait, h2d = wait + t1 - t0, h2d + time.perf_counter() - t1
+        t2 = time.perf_counter()
+        state, m = update_fn(state, batch)
+        jax.block_until_ready(m)
+        step += time.perf_counter() - t2
+    total = time.perf_counter() - t_start
+    if hasattr(loader, "close"):
+        loader.close()
+    peak = birdjepa.train.flops.peak_flops(jax.devices()[0], dtype=cfg.model.compute_dtype)
+    achieved = birdjepa.train.flops.flops_per_update(cfg) * n_steps / total
+    return {
+        "steps_per_s": n_steps / total,
+        "views_per_s": n_steps * cfg.batch_size * cfg.data.n_views / total,
+        "mfu": None if peak is None else achieved / (peak * jax.device_count()),
+        "tflops": achieved / 1e12,
+        "data_wait_frac": wait / total,
+        "h2d_ms": 1e3 * h2d / n_steps,
+        "step_ms": 1e3 * step / n_steps,
+        "peak_mem": _peak_memory(),
+        "compile_s": compile_s,
+    }
+
+
+def _fmt_bytes(x) -> str:
+    return "n/a" if x is None else f"{x / GB:.2f} GB"
+
+
+def print_memory(name: str, cfg: birdjepa.config.Config) -> None:
+    m = memory_analysis(cfg)
+    print(f"{name:8s} batch {cfg.batch_size:4d} x {cfg.data.n_views} views, "
+          f"{birdjepa.model.resolve(cfg.model).compute_dtype} | XLA memory: args {_fmt_bytes(m['argument'])}, "
+          f"out {_fmt_bytes(m['output'])}, temp {_fmt_bytes(m['temp'])}, alias "
+          f"{_fmt_bytes(m['alias'])} -> total {_fmt_bytes(m['total'])} "
+          f"({m['total']} B; {100 * (1 - m['total'] / 80e9):.0f}% headroom on 80 GB)", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks train", description=__doc__)
+    p.add_argument("--configs", nargs="+", default=["demo", "vit-s"])
+    p.add_argument("--steps", type=int, default=20, help="timed updates per config")
+    p.add_argument("--data", default=str(benchmarks.configs.CONFIGS.parent / "data" / "demo" / "train"),
+                   help="shard directory for the Rust loader")
+    p.add_argument("--synthetic", action="store_true", help="in-memory batches instead")
+    p.add_argument("--synthetic-on-device", action="store_true",
+                   help="one batch kept on the device: the step alone, no loader, no copy")
+    p.add_argument("--memory-only", action="store_true",
+                   help="only XLA's memory analysis, at each config's own batch size")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="override batch_size (non-demo configs default to 4 on CPU)")
+    a = p.parse_args(argv)
+    data = None if a.synthetic or a.synthetic_on_device else a.data
+    print(f"{jax.device_count()} {jax.default_backend()} device(s); data: "
+          f"{'synthetic' if data is None else 'Rust loader on ' + data}"
+          f"{' (on device)' if a.synthetic_on_device else ''}")
+    for name in a.configs:
+        backend = "gpu" if a.memory_only else jax.default_backend()
+        cfg = benchmarks.configs.load(name, a.batch_size, backend)
+        print_memory(name, cfg)
+        if a.memory_only:
+            continue
+        r = bench(cfg, a.steps, data, on_device=a.synthetic_on_device)
+        mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+        print(
+            f"{name:8s} batch {cfg.batch_size:4d} | {r['steps_per_s']:7.2f} steps/s | "
+            f"{r['views_per_s']:8.1f} views/s | {r['tflops']:.3g} TFLOP/s, MFU {mfu} | "
+            f"data wait {100 * r['data_wait_frac']:4.1f}% | h2d {r['h2d_ms']:.1f} ms | "
+            f"step {r['step_ms']:.1f} ms | peak mem {_fmt_bytes(r['peak_mem'])} | "
+            f"compile {r['compile_s']:.1f} s",
+            flush=True,
+        )
+    return 0

@@ -1,1 +1,0 @@
-"""Benchmarks: `python -m birdjepa.bench {transforms,loader,train,ckpt}`. They print figures."""
