@@ -24,7 +24,7 @@ def make_cfgs() -> list[dict]:
     common = {
         "data.train_shards": f"{root}/train",
         "data.eval_shards": f"{root}/eval",
-        "data.n_workers": 12,
+        "data.n_workers": "auto",
         "n_classes": 411,
         "n_steps": 200_000,
         "batch_size": 512,

@@ -1,4 +1,5 @@
-"""ViT encoder: shapes for square and non-square patches, position encodings, options, remat."""
+"""ViT encoder: shapes for square and non-square patches, position encodings, options, remat,
+attention against an explicit reference, mixed precision."""
 
 import equinox as eqx
 import jax
@@ -68,14 +69,84 @@ def test_rope_is_position_sensitive():
     assert float(jnp.abs(a - c).max()) > 1e-4
 
 
-def test_remat_matches():
+@pytest.mark.parametrize("remat", ["block", "dots", True])
+def test_remat_matches(remat):
     x = jax.random.normal(jax.random.key(1), (2, 32, 64))
     outs = []
-    for remat in (False, True):
-        enc = model.ViT(tiny(remat=remat), n_frames=32, n_mels=64, key=jax.random.key(0))
+    for r in ("none", remat):
+        enc = model.ViT(tiny(remat=r), n_frames=32, n_mels=64, key=jax.random.key(0))
         g = eqx.filter_jit(eqx.filter_grad(lambda e: jnp.square(e(x).pooled_bd).sum()))(enc)
         outs.append(g.blocks.fc1.w)
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-7)
+    assert model.resolve(tiny(remat=True)).remat == "block"
+    assert model.resolve(tiny(remat=False)).remat == "none"
+
+
+def reference_attention(q, k, v, n_valid=None):
+    """softmax(q k^T / sqrt(d)) v by explicit einsums in float64 numpy (keys >= n_valid masked)."""
+    q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+    logits = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    if n_valid is not None:
+        logits[..., n_valid:] = -np.inf
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bkhd->bqhd", p, v)
+
+
+@pytest.mark.parametrize("n,pad_to", [(13, None), (16, None), (13, 8), (21, 8)])
+def test_attention_matches_einsum_reference(n, pad_to):
+    """`model.attention` (jax.nn.dot_product_attention) equals the explicit reference to 1e-5 in
+    float32, also when padded to a multiple of 8 with masked keys (the cuDNN path's layout)."""
+    q, k, v = (2.0 * jax.random.normal(jax.random.key(i), (3, n, 2, 16)) for i in range(3))
+    got = model.attention(q, k, v, impl="xla", pad_to=pad_to)
+    assert got.shape == (3, n, 2, 16)
+    np.testing.assert_allclose(got, reference_attention(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+def test_block_attention_matches_reference_with_rope_and_qk_norm():
+    """A whole block (QK-norm, then RoPE on q and k, then attention) against the reference
+    attention on the same q, k and v."""
+    enc = model.ViT(tiny(pos="rope", qk_norm=True), n_frames=32, n_mels=64, key=jax.random.key(0))
+    blk = jax.tree.map(lambda a: a[0], enc.blocks)
+    x = jax.random.normal(jax.random.key(1), (2, 9, 32))
+    ang = jax.random.uniform(jax.random.key(2), (2, 9, 8), maxval=6.0)
+    h = blk.norm1(x)
+    q, k, v = (lin(h).reshape(2, 9, 2, 16) for lin in (blk.wq, blk.wk, blk.wv))
+    q, k = model.apply_rope(blk.q_norm(q), ang), model.apply_rope(blk.k_norm(k), ang)
+    a = blk.wo(jnp.asarray(reference_attention(q, k, v), jnp.float32).reshape(2, 9, 32))
+    m = blk.fc2(jax.nn.gelu(blk.fc1(blk.norm2(x + a))))
+    np.testing.assert_allclose(blk(x, ang), x + a + m, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_matmuls_with_float32_params_norms_and_outputs():
+    """compute_dtype="bfloat16": the matmuls are bf16, params and outputs float32, and the
+    output stays within bf16 rounding (~1e-2 relative after two blocks) of float32."""
+    x = jax.random.normal(jax.random.key(1), (2, 32, 64))
+    f32 = model.ViT(tiny(), n_frames=32, n_mels=64, key=jax.random.key(0))
+    bf = model.ViT(tiny(compute_dtype="bfloat16"), n_frames=32, n_mels=64, key=jax.random.key(0))
+    assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(eqx.filter(bf, eqx.is_array)))
+    jaxpr = str(jax.make_jaxpr(bf)(x))
+    assert "bf16[" in jaxpr and "bf16[" not in str(jax.make_jaxpr(f32)(x))
+    out, ref = bf(x), f32(x)
+    assert out.pooled_bd.dtype == jnp.float32 and out.patches_bnd.dtype == jnp.float32
+    err = float(jnp.linalg.norm(out.patches_bnd - ref.patches_bnd) / jnp.linalg.norm(ref.patches_bnd))
+    assert 1e-4 < err < 3e-2, err
+
+
+def test_bf16_block_takes_norm_statistics_in_float32():
+    """The residual stream is float32 and the norms read it in float32. Tokens with a large
+    common offset (50 + N(0, 0.1^2)): in bfloat16 their spacing at 50 is 0.25, so statistics
+    taken in bfloat16 would normalise rounding noise (relative error ~1); in float32 only the
+    bf16 branch computation differs from the float32 block (a few 1e-3)."""
+    x = 50.0 + 0.1 * jax.random.normal(jax.random.key(1), (2, 9, 32))
+    outs = []
+    for dt in ("float32", "bfloat16"):
+        enc = model.ViT(tiny(compute_dtype=dt, layerscale=1.0), n_frames=32, n_mels=64,
+                        key=jax.random.key(0))
+        blk = jax.tree.map(lambda a: a[0], enc.blocks)
+        outs.append(blk(x) - x)
+    err = float(jnp.linalg.norm(outs[1] - outs[0]) / jnp.linalg.norm(outs[0]))
+    assert err < 3e-2, err
 
 
 def test_presets_and_errors():
@@ -86,3 +157,9 @@ def test_presets_and_errors():
         model.ViT(model.ModelConfig(), n_frames=40, n_mels=128, key=jax.random.key(0))
     with pytest.raises(ValueError, match="width=30 not divisible by model.n_heads=4"):
         model.resolve(model.ModelConfig(width=30, n_heads=4))
+    with pytest.raises(ValueError, match=r"model.remat: expected one of .*'dots'.*, got 'all'"):
+        model.resolve(model.ModelConfig(remat="all"))
+    r = model.resolve(model.ModelConfig(preset="vit-b"))
+    assert (r.compute_dtype, r.remat, r.n_registers) == ("bfloat16", "block", 7)
+    assert model.resolve(model.ModelConfig(preset="vit-s")).remat == "dots"
+    assert model.resolve(model.ModelConfig()).compute_dtype == "float32"

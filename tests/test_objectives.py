@@ -6,13 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import tiny
 
 import birdjepa.model as model
 import birdjepa.objectives as objectives
 import birdjepa.objectives.lejepa as lejepa
 import birdjepa.objectives.mae as mae
 import birdjepa.objectives.probe as probe
-import birdjepa.synthetic as synthetic
 
 
 def sigreg_numpy(z, a, n_points, t_max):
@@ -65,11 +65,11 @@ def test_sigreg_separates_gaussian_from_collapsed():
 
 
 def build(name: str):
-    cfg = synthetic.tiny_config(name)
+    cfg = tiny.tiny_config(name)
     obj, sub = objectives.get(cfg.objective)
     enc = model.ViT(cfg.model, n_frames=32, n_mels=64, key=jax.random.key(0))
     heads = obj.init_heads(sub, enc, 4, key=jax.random.key(1))
-    train, _ = synthetic.tiny_loaders(cfg)
+    train, _ = tiny.tiny_loaders(cfg)
     batch = {k: jnp.asarray(v) for k, v in next(iter(train)).items()}
     return obj, sub, enc, heads, batch
 

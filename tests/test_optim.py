@@ -7,10 +7,10 @@ import jax
 import numpy as np
 import optax.contrib
 import pytest
+import tiny
 
 import birdjepa.optim as optim
-import birdjepa.pretrain as pretrain
-import birdjepa.synthetic as synthetic
+import birdjepa.train.state
 
 
 @pytest.mark.parametrize("kind", ["cosine", "wsd"])
@@ -37,9 +37,9 @@ def test_schedule_rejects_zero_floor():
 
 
 def params_of(objective="supervised", depth=1):
-    cfg = synthetic.tiny_config(objective)
+    cfg = tiny.tiny_config(objective)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, depth=depth))
-    params, _ = pretrain.init_params(cfg, key=jax.random.key(0))
+    params, _ = birdjepa.train.state.init_params(cfg, key=jax.random.key(0))
     return params
 
 

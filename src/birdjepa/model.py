@@ -5,10 +5,15 @@ row-major (time, then mel) order; tokens are [CLS, registers..., patches...]. Bl
 into one module with a leading `depth` axis (built with `eqx.filter_vmap`) and applied with
 `lax.scan`, optionally rematerialised. Linear weights are stored (d_in, d_out) and applied as
 `x @ w`, so a stacked block weight is (depth, d_in, d_out).
+
+Mixed precision: parameters are always float32 (so are the optimiser state and checkpoints).
+With `compute_dtype = "bfloat16"` every matmul and the attention run in bfloat16 (weights are
+cast at use); the residual stream between blocks, the norms' statistics (LayerNorm, RMSNorm),
+the attention softmax, RoPE's rotation and the final norm stay float32, so the encoder's outputs
+(and every loss, head and probe computed from them) are float32.
 """
 
 import dataclasses
-import math
 import typing
 
 import equinox as eqx
@@ -32,7 +37,11 @@ class ModelConfig:
     mlp_ratio: float | None = None
     """MLP hidden size as a multiple of width (for SwiGLU, the hidden size is 2/3 of that)."""
     n_registers: int | None = None
-    """Register tokens appended after CLS (Darcet et al. 2023); not pooled, not position-coded."""
+    """Register tokens appended after CLS (Darcet et al. 2023); not pooled, not position-coded.
+    The vit-s/vit-b presets use 7: with 256 patches (512 frames x 128 mels at 16 x 16) the
+    sequence is 1 + 7 + 256 = 264 tokens, a multiple of 8, which cuDNN's fused attention needs
+    (it refused 261). Other lengths are padded to a multiple of 8 with masked keys inside the
+    attention call, and only when the cuDNN kernel is used (see `attention`)."""
     pos: typing.Literal["absolute", "rope"] | None = None
     """Position encoding: learned 2-D absolute embedding added to patches, or axial RoPE (half
     the head dim rotated by time index, half by mel index)."""
@@ -44,23 +53,46 @@ class ModelConfig:
     """LayerScale initial value on each residual branch; 0 disables."""
     pool: typing.Literal["cls", "mean"] | None = None
     """Pooled embedding: final-normed CLS token, or mean of final-normed patch tokens."""
-    remat: bool | None = None
-    """Rematerialise each block in the backward pass (jax.checkpoint): less memory, more compute."""
+    remat: typing.Literal["none", "block", "dots"] | bool | None = None
+    """Rematerialisation in the backward pass: "none" keeps every activation; "block" keeps only
+    each block's input and recomputes the block (least memory, one more forward); "dots" keeps
+    the outputs of the weight matmuls and recomputes the rest (attention scores and softmax,
+    norms, activations): less compute than "block", more memory. Booleans from older configs
+    mean true -> "block", false -> "none"."""
+    compute_dtype: typing.Literal["float32", "bfloat16"] | None = None
+    """Dtype of the matmuls and the attention. Parameters, optimiser state and checkpoints stay
+    float32; norm statistics, softmax, the residual stream, heads, losses and the probe run in
+    float32 either way. bfloat16 for GPUs; the debug preset (CPU demo) keeps float32, which is
+    faster on CPU."""
+    attention: typing.Literal["auto", "xla", "cudnn"] | None = None
+    """Attention kernel, all through `jax.nn.dot_product_attention`: "xla" (any backend,
+    materialises the scores), "cudnn" (fused flash attention; GPU, bfloat16, head dim <= 128 and
+    a multiple of 8), "auto": cuDNN where those hold on a GPU backend, else XLA."""
 
 
 _BASE = dict(
     patch=(16, 16), mlp_ratio=4.0, n_registers=4, pos="absolute", qk_norm=False,
-    swiglu=False, layerscale=0.0, pool="cls", remat=False,
+    swiglu=False, layerscale=0.0, pool="cls", remat="none", compute_dtype="float32",
+    attention="auto",
 )
+_GPU = dict(n_registers=7, remat="block", compute_dtype="bfloat16")
+"""GPU presets: a 264-token sequence, bf16 compute, and the cheapest remat that leaves >= 15 %
+of 80 GB free at batch 256 x 2 views (XLA's CPU memory analysis, configs/vit-*.toml)."""
 PRESETS: dict[str, dict] = {
     "debug": {**_BASE, "width": 64, "depth": 2, "n_heads": 2, "n_registers": 1},
-    "vit-s": {**_BASE, "width": 384, "depth": 12, "n_heads": 6},
-    "vit-b": {**_BASE, "width": 768, "depth": 12, "n_heads": 12},
+    "vit-s": {**_BASE, **_GPU, "width": 384, "depth": 12, "n_heads": 6, "remat": "dots"},
+    "vit-b": {**_BASE, **_GPU, "width": 768, "depth": 12, "n_heads": 12},
+}
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+REMAT_POLICIES = {
+    "none": None,
+    "block": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
 
 
 def resolve(cfg: ModelConfig) -> ModelConfig:
-    """Fill every unset field from the preset; check divisibility constraints."""
+    """Fill every unset field from the preset; map a boolean remat; check constraints."""
     if cfg.preset not in PRESETS:
         raise ValueError(f"model.preset: expected one of {sorted(PRESETS)}, got {cfg.preset!r}")
     preset = PRESETS[cfg.preset]
@@ -68,13 +100,20 @@ def resolve(cfg: ModelConfig) -> ModelConfig:
         cfg,
         **{k: preset[k] for k, v in dataclasses.asdict(cfg).items() if v is None and k in preset},
     )
-    out = dataclasses.replace(out, patch=tuple(out.patch))
+    remat = {True: "block", False: "none"}.get(out.remat, out.remat)
+    out = dataclasses.replace(out, patch=tuple(out.patch), remat=remat)
     if out.width % out.n_heads:
         raise ValueError(f"model.width={out.width} not divisible by model.n_heads={out.n_heads}")
     if out.pos == "rope" and (out.width // out.n_heads) % 4:
         raise ValueError(
             f"model.pos='rope' needs head dim divisible by 4, got {out.width // out.n_heads}"
         )
+    choices = {"remat": REMAT_POLICIES, "compute_dtype": DTYPES,
+               "attention": ("auto", "xla", "cudnn")}
+    for name, allowed in choices.items():
+        if getattr(out, name) not in allowed:
+            raise ValueError(f"model.{name}: expected one of {sorted(allowed)}, "
+                             f"got {getattr(out, name)!r}")
     return out
 
 
@@ -83,6 +122,8 @@ def _trunc_normal(key, shape, std=0.02):
 
 
 class Linear(eqx.Module):
+    """x @ w + b in the dtype of `x` (float32 parameters are cast at use)."""
+
     w: Float[Array, "d_in d_out"]
     b: Float[Array, " d_out"] | None
 
@@ -91,11 +132,13 @@ class Linear(eqx.Module):
         self.b = jnp.zeros((d_out,)) if bias else None
 
     def __call__(self, x: Float[Array, "... d_in"]) -> Float[Array, "... d_out"]:
-        y = x @ self.w
-        return y if self.b is None else y + self.b
+        y = x @ self.w.astype(x.dtype)
+        return y if self.b is None else y + self.b.astype(x.dtype)
 
 
 class LayerNorm(eqx.Module):
+    """Statistics, scale and shift in float32; the result in `dtype` (default: that of x)."""
+
     scale: Float[Array, " d"]
     bias: Float[Array, " d"]
 
@@ -103,20 +146,26 @@ class LayerNorm(eqx.Module):
         self.scale = jnp.ones((d,))
         self.bias = jnp.zeros((d,))
 
-    def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
-        mu = x.mean(-1, keepdims=True)
-        var = jnp.square(x - mu).mean(-1, keepdims=True)
-        return (x - mu) * jax.lax.rsqrt(var + 1e-6) * self.scale + self.bias
+    def __call__(self, x: Float[Array, "... d"], dtype=None) -> Float[Array, "... d"]:
+        x32 = x.astype(jnp.float32)
+        mu = x32.mean(-1, keepdims=True)
+        var = jnp.square(x32 - mu).mean(-1, keepdims=True)
+        y = (x32 - mu) * jax.lax.rsqrt(var + 1e-6) * self.scale + self.bias
+        return y.astype(dtype or x.dtype)
 
 
 class RMSNorm(eqx.Module):
+    """Statistics and scale in float32; the result in the dtype of x."""
+
     scale: Float[Array, " d"]
 
     def __init__(self, d: int):
         self.scale = jnp.ones((d,))
 
     def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
-        return x * jax.lax.rsqrt(jnp.square(x).mean(-1, keepdims=True) + 1e-6) * self.scale
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(-1, keepdims=True) + 1e-6) * self.scale
+        return y.astype(x.dtype)
 
 
 def rope_angles(coords_n2: Int[Array, "n 2"], head_dim: int) -> Float[Array, "n h2"]:
@@ -129,13 +178,48 @@ def rope_angles(coords_n2: Int[Array, "n 2"], head_dim: int) -> Float[Array, "n 
 
 
 def apply_rope(x_bnhd: Float[Array, "b n h d"], ang_bnp: Float[Array, "b n p"]):
-    x1, x2 = jnp.split(x_bnhd, 2, axis=-1)
+    """Rotate in float32 (angles of ~100 rad lose their phase in bfloat16); result in x's dtype."""
+    x1, x2 = jnp.split(x_bnhd.astype(jnp.float32), 2, axis=-1)
     cos = jnp.cos(ang_bnp)[:, :, None, :]
     sin = jnp.sin(ang_bnp)[:, :, None, :]
-    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    return out.astype(x_bnhd.dtype)
+
+
+def use_cudnn(attention: str, dtype, head_dim: int) -> bool:
+    """Whether `attention` resolves to the cuDNN kernel for this dtype, head dim and backend."""
+    if attention != "auto":
+        return attention == "cudnn"
+    ok_shape = head_dim <= 128 and head_dim % 8 == 0
+    return jax.default_backend() == "gpu" and dtype in (jnp.bfloat16, jnp.float16) and ok_shape
+
+
+def attention(
+    q_bnhd: Float[Array, "b n h d"], k_bnhd: Float[Array, "b n h d"],
+    v_bnhd: Float[Array, "b n h d"], *, impl: str = "auto", pad_to: int | None = None,
+) -> Float[Array, "b n h d"]:
+    """softmax(q k^T / sqrt(d)) v through `jax.nn.dot_product_attention` (softmax in float32 in
+    both kernels). A sequence that is not a multiple of `pad_to` (default: 8 for cuDNN, else 1)
+    is padded with zero tokens whose keys are masked (key_value_seq_lengths); the padded query
+    rows are dropped."""
+    b, n = q_bnhd.shape[:2]
+    cudnn = use_cudnn(impl, q_bnhd.dtype, q_bnhd.shape[-1])
+    kernel = "cudnn" if cudnn else "xla"
+    pad = -n % (pad_to or (8 if cudnn else 1))
+    if not pad:
+        return jax.nn.dot_product_attention(q_bnhd, k_bnhd, v_bnhd, implementation=kernel)
+    widths = ((0, 0), (0, pad), (0, 0), (0, 0))
+    q, k, v = (jnp.pad(t, widths) for t in (q_bnhd, k_bnhd, v_bnhd))
+    out = jax.nn.dot_product_attention(
+        q, k, v, key_value_seq_lengths=jnp.full((b,), n, jnp.int32), implementation=kernel)
+    return out[:, :n]
 
 
 class Block(eqx.Module):
+    """Pre-norm transformer block. The residual stream `x` is float32; each branch runs in
+    `dtype` from its norm's output and is added back in float32 (a bfloat16 residual would drop
+    LayerScale-sized updates: 1e-4 x is below bfloat16's relative precision of 2^-8)."""
+
     norm1: LayerNorm
     wq: Linear
     wk: Linear
@@ -150,6 +234,8 @@ class Block(eqx.Module):
     fc2: Linear
     ls2: Float[Array, " d"] | None
     n_heads: int = eqx.field(static=True)
+    dtype: str = eqx.field(static=True)
+    attention: str = eqx.field(static=True)
 
     def __init__(self, cfg: ModelConfig, *, key):
         d, h = cfg.width, cfg.n_heads
@@ -167,25 +253,27 @@ class Block(eqx.Module):
         self.ls1 = jnp.full((d,), ls) if ls else None
         self.ls2 = jnp.full((d,), ls) if ls else None
         self.n_heads = h
+        self.dtype = cfg.compute_dtype or "float32"
+        self.attention = cfg.attention or "auto"
 
     def __call__(self, x_bnd: Float[Array, "b n d"], ang_bnp=None) -> Float[Array, "b n d"]:
         b, n, d = x_bnd.shape
-        h = self.norm1(x_bnd)
+        dt = DTYPES[self.dtype]
+        x_bnd = x_bnd.astype(jnp.float32)
+        h = self.norm1(x_bnd, dt)
         q, k, v = (lin(h).reshape(b, n, self.n_heads, -1) for lin in (self.wq, self.wk, self.wv))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if ang_bnp is not None:
             q, k = apply_rope(q, ang_bnp), apply_rope(k, ang_bnp)
-        logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
-        attn = jax.nn.softmax(logits, axis=-1)
-        a = self.wo(jnp.einsum("bhqk,bkhd->bqhd", attn, v).reshape(b, n, d))
-        x_bnd = x_bnd + (a if self.ls1 is None else a * self.ls1)
-        h = self.norm2(x_bnd)
+        a = self.wo(attention(q, k, v, impl=self.attention).reshape(b, n, d))
+        x_bnd = x_bnd + (a if self.ls1 is None else a * self.ls1).astype(jnp.float32)
+        h = self.norm2(x_bnd, dt)
         if self.fc_gate is None:
             m = self.fc2(jax.nn.gelu(self.fc1(h)))
         else:
             m = self.fc2(jax.nn.silu(self.fc_gate(h)) * self.fc1(h))
-        return x_bnd + (m if self.ls2 is None else m * self.ls2)
+        return x_bnd + (m if self.ls2 is None else m * self.ls2).astype(jnp.float32)
 
 
 class Output(typing.NamedTuple):
@@ -245,7 +333,8 @@ class ViT(eqx.Module):
     ) -> Output:
         """Encode; `keep_bk` (patch indices) restricts the encoder to a subset (MAE)."""
         b = x_btm.shape[0]
-        tok_bnd = self.patch_embed(self.patchify(x_btm))
+        dt = DTYPES[self.cfg.compute_dtype]
+        tok_bnd = self.patch_embed(self.patchify(x_btm).astype(dt)).astype(jnp.float32)
         if self.pos_embed is not None:
             tok_bnd = tok_bnd + self.pos_embed
         idx_bn = jnp.broadcast_to(jnp.arange(self.n_patches), (b, self.n_patches))
@@ -267,8 +356,9 @@ class ViT(eqx.Module):
         def body(x, blk_dyn):
             return eqx.combine(blk_dyn, static)(x, ang), None
 
-        if self.cfg.remat:
-            body = jax.checkpoint(body)
+        policy = REMAT_POLICIES[self.cfg.remat]
+        if policy is not None:
+            body = jax.checkpoint(body, policy=policy, prevent_cse=False)
         x_bnd, _ = jax.lax.scan(body, x_bnd, dyn)
         x_bnd = self.norm(x_bnd)
         patches = x_bnd[:, n_special:]

@@ -83,7 +83,9 @@ class Heads(eqx.Module):
 def init_heads(cfg: MAEConfig, encoder: birdjepa.model.ViT, n_classes: int, *, key):
     del n_classes
     dcfg = birdjepa.model.resolve(
-        birdjepa.model.ModelConfig(width=cfg.dec_width, depth=cfg.dec_depth, n_heads=cfg.dec_heads)
+        birdjepa.model.ModelConfig(width=cfg.dec_width, depth=cfg.dec_depth, n_heads=cfg.dec_heads,
+                                   compute_dtype=encoder.cfg.compute_dtype,
+                                   attention=encoder.cfg.attention)
     )
     k = jax.random.split(key, 5)
     pt, pm = encoder.cfg.patch
