@@ -1,0 +1,240 @@
+"""`birdjepa.embed`: frozen-encoder embeddings of audio, through exactly the training transform.
+
+Per window: decode (seeking where the container allows), resample to `sample_rate` (32 kHz),
+Kaldi log-mel fbank (`birdjepa.audio.clip`, the Rust code the loader runs), normalise as
+`(x - mean) / (2 * std)` and pad with 0.0 (after normalisation) or cut to the encoder's
+`n_frames`: what `birdjepa.data.Loader` feeds the encoder. `centre=True` takes the loader's eval
+crop (one window at the centre of each recording; tests/test_embed.py checks equality with the
+loader); otherwise windows of `window_s` start every `hop_s` (default `window_s`) until the end,
+the last one zero-padded. A raw `(wave, sample_rate)` array is resampled whole, then cut.
+"""
+
+import concurrent.futures
+import copy
+import dataclasses
+import math
+import os
+import pathlib
+from collections.abc import Iterator
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import pyarrow as pa
+
+import birdjepa.audio
+import birdjepa.data
+import birdjepa.encoder
+import birdjepa.evaluate.table as table
+import birdjepa.model
+
+POOLS = ("cls", "mean", "patches")
+
+
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """Where the windows of a recording are and how they become encoder input."""
+
+    window_s: float = 5.0
+    """Window length, seconds (the loader's clip_s)."""
+    hop_s: float | None = None
+    """Window start spacing, seconds; None means window_s (tiling)."""
+    centre: bool = False
+    """One window per recording at its centre (the loader's eval crop) instead of sliding."""
+    sample_rate: int = 32000
+    """Rate the audio is resampled to before the fbank."""
+    n_frames: int = 512
+    """Encoder input frames; longer features are cut, shorter padded with 0.0 after normalising."""
+    n_mels: int = 128
+    """Mel bins."""
+    mean: float = birdjepa.data.DEFAULT_MEAN
+    """Normalisation mean of the log-mel values."""
+    std: float = birdjepa.data.DEFAULT_STD
+    """Normalisation std; the loader divides by 2 * std."""
+
+    def starts(self, n_samples: int, sr: int) -> list[float]:
+        """Start times (s) of the windows of a recording of `n_samples` at `sr` Hz."""
+        win = int(round(self.window_s * sr))
+        if self.centre:
+            # Rust's f64::round (half away from zero), not Python's round (half to even).
+            return [math.floor(0.5 * max(0, n_samples - win) + 0.5) / sr]
+        hop = int(round((self.hop_s or self.window_s) * sr))
+        if hop <= 0:
+            raise ValueError(f"hop_s: expected > 0, got {self.hop_s}")
+        n = 1 + max(0, -(-(n_samples - win) // hop))
+        return [i * hop / sr for i in range(n)]
+
+    def normalise(self, feats_tm: np.ndarray) -> np.ndarray:
+        """(n_frames, n_mels) float32: the loader's normalisation, then cut or zero-pad."""
+        if feats_tm.shape[1] != self.n_mels:
+            raise ValueError(f"expected {self.n_mels} mel bins, got {feats_tm.shape[1]}")
+        out = np.zeros((self.n_frames, self.n_mels), np.float32)
+        t = min(self.n_frames, len(feats_tm))
+        out[:t] = (feats_tm[:t] - np.float32(self.mean)) * np.float32(1.0 / (2.0 * self.std))
+        return out
+
+
+def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, int, int]:
+    """(encoder, n_frames, n_mels) from a ViT or a run directory."""
+    if isinstance(encoder_or_run_dir, birdjepa.model.ViT):
+        enc = encoder_or_run_dir
+    elif isinstance(encoder_or_run_dir, str | os.PathLike):
+        enc, _ = birdjepa.encoder.load_encoder(encoder_or_run_dir, step=step)
+    else:
+        raise TypeError("expected a birdjepa.model.ViT or a run directory, got "
+                        f"{type(encoder_or_run_dir).__name__}")
+    (pt, pm), (gt, gm) = enc.cfg.patch, enc.grid
+    return enc, pt * gt, pm * gm
+
+
+# -- sources ----------------------------------------------------------------------------------
+
+
+def _items(source, audio_column: str) -> Iterator[tuple[int, object]]:
+    """(row id, bytes | (wave, sr)) per recording."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        yield 0, bytes(source)
+    elif isinstance(source, tuple) and len(source) == 2:
+        wave, sr = source
+        wave = np.asarray(wave, np.float32)
+        yield 0, (wave.mean(-1) if wave.ndim == 2 else wave, int(sr))
+    elif isinstance(source, str | os.PathLike) and os.path.isfile(source) and not str(
+            source).endswith(".arrow"):
+        yield 0, pathlib.Path(source).read_bytes()
+    else:
+        yield from enumerate(table.audio_bytes(table.read(source, [audio_column]),
+                                                audio_column))
+
+
+def _clips(item, w: Windows) -> list[tuple[float, np.ndarray]]:
+    """(start_s, normalised features) per window of one recording."""
+    if isinstance(item, tuple):
+        wave, sr = item
+        x = birdjepa.audio.resample(wave, sr, w.sample_rate) if sr != w.sample_rate else wave
+        win = int(round(w.window_s * w.sample_rate))
+        out = []
+        for s in w.starts(len(x), w.sample_rate):
+            a = int(round(s * w.sample_rate))
+            piece = np.zeros(win, np.float32)
+            piece[: len(x[a : a + win])] = x[a : a + win]
+            f = birdjepa.audio.fbank(piece, sample_rate=w.sample_rate, n_mels=w.n_mels)
+            out.append((s, w.normalise(f)))
+        return out
+    info = birdjepa.audio.info(item)
+    n, sr = info["n_frames"], info["sample_rate"]
+    if n is None:  # no length in the header: decode to count
+        n = len(birdjepa.audio.decode(item)[0])
+    return [(s, w.normalise(birdjepa.audio.clip(item, start_s=s, duration_s=w.window_s,
+                                                  sample_rate=w.sample_rate, n_mels=w.n_mels)))
+            for s in w.starts(n, sr)]
+
+
+def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "audio",
+             n_workers: int = 2) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Batches (x (b, n_frames, n_mels) float32, row ids (b,), start_s (b,)); the last batch may
+    be short. Recordings are transformed by `n_workers` threads (the Rust code drops the GIL),
+    one batch of recordings ahead of the consumer."""
+    items = _items(source, audio_column)
+    with concurrent.futures.ThreadPoolExecutor(max(1, n_workers)) as ex:
+        def submit():
+            chunk = [next(items, None) for _ in range(batch_size)]
+            return [(r, ex.submit(_clips, it, w)) for r, it in (c for c in chunk if c)]
+
+        pending = submit()
+        while pending:
+            nxt = submit()
+            xs, rows, starts = [], [], []
+            for row, fut in pending:
+                for s, x in fut.result():
+                    xs.append(x)
+                    rows.append(row)
+                    starts.append(s)
+            for i in range(0, len(xs), batch_size):
+                yield (np.stack(xs[i : i + batch_size]),
+                       np.asarray(rows[i : i + batch_size], np.int64),
+                       np.asarray(starts[i : i + batch_size], np.float64))
+            pending = nxt
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+
+def with_pool(encoder: birdjepa.model.ViT, pool: str) -> birdjepa.model.ViT:
+    """The same encoder whose `pooled_bd` is the CLS token ("cls") or the patch mean ("mean")."""
+    if encoder.cfg.pool == pool:
+        return encoder
+    out = copy.copy(encoder)
+    object.__setattr__(out, "cfg", dataclasses.replace(encoder.cfg, pool=pool))
+    return out
+
+
+@eqx.filter_jit
+def _forward(encoder, x_btm, want_patches: bool):
+    out = encoder(x_btm)
+    return out.pooled_bd, (out.patches_bnd if want_patches else None)
+
+
+def encode(encoder: birdjepa.model.ViT, batches, pools: tuple[str, ...],
+           *, batch_size: int = 64) -> dict[str, np.ndarray]:
+    """Run the encoder over `features` batches (padded to `batch_size`: one compilation);
+    {pool: array} for each requested pool plus "row" and "start_s"."""
+    bad = [p for p in pools if p not in POOLS]
+    if bad:
+        raise ValueError(f"pool: expected values in {POOLS}, got {bad}")
+    vector = [p for p in pools if p != "patches"]
+    encs = {p: with_pool(encoder, p) for p in vector or ["mean"]}
+    out: dict[str, list] = {p: [] for p in (*pools, "row", "start_s")}
+    for x, rows, starts in batches:
+        b = len(x)
+        xp = jnp.asarray(np.pad(x, ((0, batch_size - b), (0, 0), (0, 0))))
+        for i, (p, enc) in enumerate(encs.items()):
+            pooled, patches = _forward(enc, xp, i == 0 and "patches" in pools)
+            if p in pools:
+                out[p].append(np.asarray(pooled[:b]))
+            if patches is not None:
+                out["patches"].append(np.asarray(patches[:b]))
+        out["row"].append(rows)
+        out["start_s"].append(starts)
+    return {k: np.concatenate(v) if v else np.zeros((0,)) for k, v in out.items()}
+
+
+def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | None = None,
+          centre: bool = False, pool: str | tuple[str, ...] | None = None, batch_size: int = 64,
+          audio_column: str = "audio", n_workers: int = 2, out: str | os.PathLike | None = None,
+          step: int | None = None) -> dict[str, np.ndarray]:
+    """Embeddings of every window of `source` by a frozen encoder, via the training transform.
+
+    `encoder_or_run_dir`: a `birdjepa.model.ViT` or a run directory (latest checkpoint, or
+    `step`). `source`: encoded bytes, a path to an audio file, `(wave, sample_rate)`, a
+    `datasets.Dataset`, or Arrow shards (a directory, a file or a list). `pool`: "cls", "mean",
+    "patches" or a tuple of them; None means the encoder's own pooling (model.pool).
+
+    Returns {pool name: (windows, d) or, for "patches", (windows, patches, d) float32,
+    "row": (windows,) int64 row id (0 for a single recording), "start_s": (windows,) float64}.
+    With `out`, also writes them to `out` (.npz; .arrow: an Arrow IPC file, one row per window,
+    arrays flattened).
+    """
+    enc, n_frames, n_mels = load(encoder_or_run_dir, step=step)
+    pools = (pool,) if isinstance(pool, str) else tuple(pool or (enc.cfg.pool,))
+    w = Windows(window_s=window_s, hop_s=hop_s, centre=centre, n_frames=n_frames, n_mels=n_mels)
+    batches = features(source, w, batch_size=batch_size, audio_column=audio_column,
+                       n_workers=n_workers)
+    result = encode(enc, batches, pools, batch_size=batch_size)
+    if out is not None:
+        write(result, out)
+    return result
+
+
+def write(result: dict[str, np.ndarray], path: str | os.PathLike) -> None:
+    """Save `embed`'s result as .npz, or as an Arrow IPC file (.arrow, one row per window)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".arrow":
+        cols = {k: (pa.array(list(v.reshape(len(v), -1))) if v.ndim > 1 else pa.array(v))
+                for k, v in result.items()}
+        shapes = {k: list(v.shape[1:]) for k, v in result.items()}
+        tbl = pa.table(cols).replace_schema_metadata({"shapes": repr(shapes)})
+        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, tbl.schema) as wr:
+            wr.write_table(tbl)
+    else:
+        np.savez(path, **result)

@@ -1,0 +1,249 @@
+"""Probes on cached frozen-encoder embeddings: linear, attentive, prototypical and kNN.
+
+* linear: one affine layer on the pooled embedding.
+* attentive: one cross-attention pooling layer (a learned query per head over the patch tokens'
+  keys and values), then linear.
+* prototypical (Bird-MAE, after AudioProtoPNet): J prototypes per class in token space; a
+  prototype's similarity is the cosine similarity to its best-matching patch token (max-pool
+  over patches); a class's logit is a learned weighting of its own J similarities plus a bias.
+  Prototypes start at (unit-norm) patch tokens of random training rows of their class.
+* knn: cosine k-nearest neighbours on the pooled embedding (no training); a class's score is
+  the softmax(similarity / 0.07)-weighted vote of the neighbours holding it.
+
+Inputs are standardised per dimension with statistics of all training rows (no labels used).
+Training is multilabel sigmoid BCE or the asymmetric loss (Ridnik et al. 2021) with AdamW, a
+cosine schedule with linear warmup and global-norm clipping (defaults: Bird-MAE's frozen-probe
+recipe), fully jitted: the whole run is one `lax.scan` over precomputed batch indices.
+"""
+
+import dataclasses
+import math
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, Float
+
+KINDS = ("linear", "attentive", "prototypical", "knn")
+TOKEN_KINDS = ("attentive", "prototypical")
+"""Probes that read patch tokens (N, P, D); the others read pooled embeddings (N, D)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeConfig:
+    lr: float = 4e-4
+    """AdamW peak learning rate (Bird-MAE frozen probe: 4e-4)."""
+    weight_decay: float = 3e-4
+    """AdamW weight decay (Bird-MAE: 3e-4)."""
+    batch_size: int = 64
+    """Training batch (capped at the number of training rows)."""
+    epochs: int = 30
+    """Passes over the training rows (Bird-MAE: 30)."""
+    min_steps: int = 300
+    """At least this many updates, so few-shot subsets (k=1: one batch per epoch) train too;
+    not in Bird-MAE's recipe, whose datasets are large."""
+    warmup_frac: float = 0.05
+    """Fraction of the updates spent warming the learning rate up linearly from 0."""
+    grad_clip: float = 2.0
+    """Global gradient-norm clip (Bird-MAE: 2)."""
+    loss: typing.Literal["bce", "asl"] = "bce"
+    """Sigmoid binary cross-entropy, or the asymmetric loss (ASL)."""
+    asl_gamma_neg: float = 4.0
+    """ASL focusing exponent of negatives."""
+    asl_gamma_pos: float = 0.0
+    """ASL focusing exponent of positives."""
+    asl_clip: float = 0.05
+    """ASL probability margin shifted off negatives."""
+    n_heads: int = 4
+    """Attentive probe: attention heads (learned queries); must divide the embedding width."""
+    n_prototypes: int = 8
+    """Prototypical probe: prototypes per class (J). Max-pooling passes gradient only to the
+    best-matching token, so a prototype started on a background token tends to stay there:
+    with J = 2 the synthetic test problem reached cmAP 0.63, with J = 8 0.96."""
+    knn_k: int = 10
+    """kNN: neighbours (capped at the number of training rows)."""
+    knn_temperature: float = 0.07
+    """kNN: temperature of the similarity weighting."""
+
+
+class Linear(eqx.Module):
+    w_dc: Float[Array, "d c"]
+    b_c: Float[Array, " c"]
+
+    def __init__(self, d: int, c: int, *, key):
+        self.w_dc = jax.random.normal(key, (d, c)) * (1.0 / math.sqrt(d)) * 0.1
+        self.b_c = jnp.zeros((c,))
+
+    def __call__(self, x_bd: Float[Array, "b d"]) -> Float[Array, "b c"]:
+        return x_bd @ self.w_dc + self.b_c
+
+
+class Attentive(eqx.Module):
+    q_hk: Float[Array, "h k"]
+    w_k: Float[Array, "d d"]
+    w_v: Float[Array, "d d"]
+    head: Linear
+
+    def __init__(self, d: int, c: int, n_heads: int, *, key):
+        if d % n_heads:
+            raise ValueError(f"attentive probe: n_heads={n_heads} must divide width {d}")
+        kq, kk, kv, kh = jax.random.split(key, 4)
+        self.q_hk = jax.random.normal(kq, (n_heads, d // n_heads)) * 0.02
+        self.w_k = jax.random.normal(kk, (d, d)) / math.sqrt(d)
+        self.w_v = jax.random.normal(kv, (d, d)) / math.sqrt(d)
+        self.head = Linear(d, c, key=kh)
+
+    def __call__(self, x_bpd: Float[Array, "b p d"]) -> Float[Array, "b c"]:
+        b, p, d = x_bpd.shape
+        h = self.q_hk.shape[0]
+        k_bphk = (x_bpd @ self.w_k).reshape(b, p, h, -1)
+        v_bphk = (x_bpd @ self.w_v).reshape(b, p, h, -1)
+        logits_bph = jnp.einsum("bphk,hk->bph", k_bphk, self.q_hk) / math.sqrt(d // h)
+        attn_bph = jax.nn.softmax(logits_bph, axis=1)
+        pooled_bd = jnp.einsum("bph,bphk->bhk", attn_bph, v_bphk).reshape(b, d)
+        return self.head(pooled_bd)
+
+
+class Prototypical(eqx.Module):
+    protos_cjd: Float[Array, "c j d"]
+    w_cj: Float[Array, "c j"]
+    b_c: Float[Array, " c"]
+
+    def __init__(self, protos_cjd: np.ndarray):
+        c, j, _ = protos_cjd.shape
+        self.protos_cjd = jnp.asarray(protos_cjd)
+        self.w_cj = jnp.full((c, j), 8.0 / j)
+        self.b_c = jnp.full((c,), -4.0)
+
+    def __call__(self, x_bpd: Float[Array, "b p d"]) -> Float[Array, "b c"]:
+        x = x_bpd * jax.lax.rsqrt(jnp.sum(x_bpd**2, -1, keepdims=True) + 1e-8)
+        pr = self.protos_cjd
+        pr = pr * jax.lax.rsqrt(jnp.sum(pr**2, -1, keepdims=True) + 1e-8)
+        sim_bcj = jnp.einsum("bpd,cjd->bpcj", x, pr).max(axis=1)
+        return jnp.einsum("bcj,cj->bc", sim_bcj, self.w_cj) + self.b_c
+
+
+def loss_fn(logits_bc, y_bc, cfg: ProbeConfig):
+    """Mean over classes and rows of BCE or ASL."""
+    if cfg.loss == "bce":
+        return optax.sigmoid_binary_cross_entropy(logits_bc, y_bc).mean()
+    p = jax.nn.sigmoid(logits_bc)
+    p_neg = jnp.maximum(p - cfg.asl_clip, 0.0)
+    pos = y_bc * (1 - p) ** cfg.asl_gamma_pos * jnp.log(jnp.clip(p, 1e-8))
+    neg = (1 - y_bc) * p_neg**cfg.asl_gamma_neg * jnp.log(jnp.clip(1 - p_neg, 1e-8))
+    return -(pos + neg).mean()
+
+
+def _optimizer(cfg: ProbeConfig, n_steps: int):
+    warm = int(cfg.warmup_frac * n_steps)
+    sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warm, max(n_steps, warm + 1))
+    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
+                       optax.adamw(sched, weight_decay=cfg.weight_decay))
+
+
+@eqx.filter_jit
+def _train(model, x, y, idx_sb, cfg: ProbeConfig):
+    tx = _optimizer(cfg, idx_sb.shape[0])
+    params, static = eqx.partition(model, eqx.is_array)
+
+    def step(carry, idx_b):
+        params, opt = carry
+
+        def loss(p):
+            return loss_fn(eqx.combine(p, static)(x[idx_b]), y[idx_b], cfg)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        updates, opt = tx.update(grads, opt, params)
+        return (optax.apply_updates(params, updates), opt), value
+
+    (params, _), losses = jax.lax.scan(step, (params, tx.init(params)), idx_sb)
+    return eqx.combine(params, static), losses
+
+
+@eqx.filter_jit
+def _predict(model, x):
+    return model(x)
+
+
+def batch_indices(n: int, cfg: ProbeConfig, *, seed: int) -> np.ndarray:
+    """(steps, batch) row indices: reshuffled epochs, at least `min_steps` updates."""
+    b = min(cfg.batch_size, n)
+    per_epoch = n // b
+    n_steps = max(cfg.epochs * per_epoch, cfg.min_steps)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9B0]))
+    epochs = -(-n_steps // per_epoch)
+    perm = np.concatenate([rng.permutation(n)[: per_epoch * b] for _ in range(epochs)])
+    return perm[: n_steps * b].reshape(n_steps, b).astype(np.int32)
+
+
+def standardise(train, *others):
+    """Per-dimension z-scores with the training rows' (and tokens') mean and std."""
+    flat = train.reshape(-1, train.shape[-1])
+    mu, sd = flat.mean(0), flat.std(0) + 1e-6
+    return tuple(((a - mu) / sd).astype(np.float32) for a in (train, *others))
+
+
+def _init(kind: str, x_train, y_train, cfg: ProbeConfig, *, key):
+    d, c = x_train.shape[-1], y_train.shape[1]
+    if kind == "linear":
+        return Linear(d, c, key=key)
+    if kind == "attentive":
+        return Attentive(d, c, cfg.n_heads, key=key)
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+    protos = np.zeros((c, cfg.n_prototypes, d), np.float32)
+    for ci in range(c):
+        rows = np.flatnonzero(y_train[:, ci])
+        rows = rows if len(rows) else np.arange(len(y_train))
+        r = rng.choice(rows, cfg.n_prototypes)
+        protos[ci] = x_train[r, rng.integers(0, x_train.shape[1], cfg.n_prototypes)]
+    # Unit norm: similarity is scale-free, and AdamW's steps (about lr per coordinate) then
+    # turn a prototype by about lr * sqrt(d) radians, enough to move off its starting token.
+    protos /= np.linalg.norm(protos, axis=-1, keepdims=True) + 1e-8
+    return Prototypical(protos)
+
+
+def knn_scores(train_nd, y_train_nc, test_md, cfg: ProbeConfig) -> np.ndarray:
+    """(m, c) neighbour-vote scores; cosine similarity on standardised embeddings."""
+    def unit(a):
+        return a / (np.linalg.norm(a, axis=1, keepdims=True) + 1e-8)
+
+    sim = unit(test_md) @ unit(train_nd).T
+    k = min(cfg.knn_k, len(train_nd))
+    nn = np.argpartition(-sim, k - 1, axis=1)[:, :k]
+    s = np.take_along_axis(sim, nn, 1) / cfg.knn_temperature
+    w = np.exp(s - s.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    return np.einsum("mk,mkc->mc", w, y_train_nc[nn].astype(np.float32))
+
+
+def fit_predict(kind: str, x_train, y_train, x_test, cfg: ProbeConfig, *, key,
+                norm_stats_from=None) -> tuple[np.ndarray, dict]:
+    """Train probe `kind` on (x_train, y_train multi-hot) and score x_test: ((m, c) scores,
+    info with the loss curve's first/last values and the number of updates). Standardisation
+    uses `norm_stats_from` (default x_train): pass every training row's embedding for few-shot
+    subsets."""
+    if kind not in KINDS:
+        raise ValueError(f"probe: expected one of {KINDS}, got {kind!r}")
+    want = 3 if kind in TOKEN_KINDS else 2
+    if x_train.ndim != want or x_test.ndim != want:
+        raise ValueError(f"probe {kind!r}: expected {want}-D inputs, got {x_train.shape} and "
+                         f"{x_test.shape}")
+    ref = x_train if norm_stats_from is None else norm_stats_from
+    _, x_train, x_test = standardise(ref, x_train, x_test)
+    y_train = np.asarray(y_train, bool)
+    if kind == "knn":
+        return knn_scores(x_train, y_train, x_test, cfg), {"n_steps": 0}
+    k_init, k_order = jax.random.split(key)
+    model = _init(kind, x_train, y_train, cfg, key=k_init)
+    seed = int(np.asarray(jax.random.key_data(k_order)).ravel()[-1])
+    idx = batch_indices(len(x_train), cfg, seed=seed)
+    model, losses = _train(model, jnp.asarray(x_train), jnp.asarray(y_train, jnp.float32),
+                           jnp.asarray(idx), cfg)
+    losses = np.asarray(losses)
+    scores = np.concatenate([np.asarray(_predict(model, jnp.asarray(x_test[i : i + 512])))
+                             for i in range(0, len(x_test), 512)])
+    return scores, {"n_steps": int(len(idx)), "loss_first": float(losses[0]),
+                    "loss_last": float(losses[-1])}

@@ -1,0 +1,96 @@
+"""Reading evaluation splits with pyarrow: audio bytes and (multi)labels by global row index.
+
+A split is a shard directory (HF `save_to_disk` output, or any directory of Arrow IPC stream
+files, read in sorted order as `birdjepa.data.Loader` reads them), one shard file, a list of
+them, or a `datasets.Dataset`. Row ids are global indices over the shards in order, the loader's
+`index`. Labels come from an integer column (one class per row; null or -1 means none) or a
+`list<int>` column (BirdSet's `ebird_code_multilabel`, HF `Sequence(ClassLabel)`) and become a
+multi-hot (rows, classes) matrix.
+"""
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+
+import birdjepa.data
+
+
+def _read_shard(path: str, columns: list[str]) -> pa.Table:
+    with pa.memory_map(path) as f:
+        try:
+            reader = pa.ipc.open_stream(f)
+        except pa.ArrowInvalid:
+            reader = pa.ipc.open_file(f)
+        table = reader.read_all()
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise KeyError(f"{path}: expected columns {missing}, got only {table.column_names}")
+    return table.select(columns)
+
+
+def is_dataset(source) -> bool:
+    return hasattr(source, "features") and hasattr(source, "with_format")
+
+
+def read(source, columns: list[str]) -> pa.Table:
+    """The `columns` of every row of `source`, in global row order."""
+    if is_dataset(source):
+        missing = [c for c in columns if c not in source.column_names]
+        if missing:
+            raise KeyError(f"expected columns {missing}, got only {source.column_names}")
+        return source.select_columns(columns).with_format("arrow")[:]
+    paths = birdjepa.data.resolve_shards(source)
+    return pa.concat_tables([_read_shard(p, columns) for p in paths])
+
+
+def audio_bytes(table: pa.Table, column: str = "audio") -> list[bytes | None]:
+    """The encoded bytes of an HF Audio column (a struct of bytes and path) or a binary column."""
+    col = table.column(column).combine_chunks()
+    if pa.types.is_struct(col.type):
+        col = col.field("bytes")
+    return col.to_pylist()
+
+
+def class_names(source, column: str) -> list[str] | None:
+    """The ClassLabel names of `column` (plain or in a Sequence/List) from the HF metadata."""
+    if is_dataset(source):
+        feat = source.features[column]
+        feat = getattr(feat, "feature", feat)
+        return list(feat.names) if hasattr(feat, "names") else None
+    path = birdjepa.data.resolve_shards(source)[0]
+    info = os.path.join(os.path.dirname(path), "dataset_info.json")
+    feats = None
+    if os.path.exists(info):
+        with open(info) as f:
+            feats = json.load(f).get("features")
+    if feats is None:
+        with pa.memory_map(path) as f:
+            meta = pa.ipc.open_stream(f).schema.metadata or {}
+        feats = json.loads(meta.get(b"huggingface", b"{}")).get("info", {}).get("features")
+    feat = (feats or {}).get(column) or {}
+    feat = feat.get("feature", feat)
+    return list(feat["names"]) if "names" in feat else None
+
+
+def multi_hot(table: pa.Table, column: str, n_classes: int) -> np.ndarray:
+    """bool (rows, n_classes) from an int column or a list<int> column of `table`."""
+    col = table.column(column).combine_chunks()
+    n = len(col)
+    y = np.zeros((n, n_classes), bool)
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        lengths = col.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+        values = col.flatten().fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = np.repeat(np.arange(n), lengths)
+    elif pa.types.is_integer(col.type):
+        values = col.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = np.arange(n)
+    else:
+        raise TypeError(f"label column {column!r}: expected int or list<int>, got {col.type}")
+    keep = values >= 0
+    if (values[keep] >= n_classes).any():
+        raise ValueError(f"label column {column!r}: expected class ids < {n_classes}, got "
+                         f"{int(values.max())}")
+    y[rows[keep], values[keep]] = True
+    return y
