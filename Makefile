@@ -22,13 +22,17 @@ $(VENV)/.built: $(VENV)/.deps $(RUST_SRC)
 # The demo corpus: train = 576 recordings (48 per species, 5-20 s) drawn with seed 0; eval =
 # 240 other recordings (20 per species, 5-10 s: eval reads one centre crop each) of the same
 # species drawn with seed 1. Both balanced; codecs and rates are dealt independently of species.
+# soundscape = the BirdSet-style test split: 24 one-minute soundscapes of 0-4 of the same species
+# over noise, cut into 288 5 s multilabel segments (docs/issues/007-demo-evaluation).
 # Many short recordings rather than few long ones: with 16 per species LeJEPA learned to tell
 # the recordings apart (docs/issues/004-demo-learning).
-$(DEMO_DIR)/.done-split: $(VENV)/.built src/birdjepa/demo_data.py Makefile
+$(DEMO_DIR)/.done-split: $(VENV)/.built $(wildcard src/birdjepa/demo_data/*.py) Makefile
 	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/train --seed 0 --n-recordings 576 --min-s 5 \
 		--max-s 20 --overwrite
 	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/eval --seed 1 --n-recordings 240 --n-shards 2 \
 		--min-s 5 --max-s 10 --overwrite
+	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/soundscape --soundscapes 24 --n-segments 12 \
+		--n-shards 2 --seed 2 --overwrite
 	touch $@
 
 demo: $(DEMO_DIR)/.done-split
@@ -42,11 +46,11 @@ test-rust:
 	cargo test --release
 
 test-py: setup
-	$(PY) -m ruff check src tests sweeps
+	$(PY) -m ruff check src tests sweeps benchmarks docs
 	$(PY) -m pytest -q
 
 bench: setup
-	$(PY) -m birdjepa.bench transforms
+	$(PY) -m benchmarks transforms
 
 clean:
 	rm -rf $(VENV) target $(DEMO_DIR)

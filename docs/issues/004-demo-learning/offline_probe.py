@@ -1,4 +1,4 @@
-"""Diagnostic: train from cached batches (cache_batches.py) with pretrain.update and, every eval_every
+"""Diagnostic: train from cached batches (cache_batches.py) with birdjepa.train.step.update and, every eval_every
 steps, report on the 240 held-out centre crops: the online probe's accuracy (ONLINE), an offline
 standardised logistic-regression probe fitted on view 0 of 768 cached train crops (offline), the
 embedding's per-dimension spread and offset, and singular values of the centred eval embedding
@@ -16,13 +16,14 @@ import numpy as np
 import optax
 
 import birdjepa.config as C
-import birdjepa.pretrain as P
+import birdjepa.train.state as S
+import birdjepa.train.step as T
 
 cache = np.load(sys.argv[1])
-cfg = P.finalize(C.cli(sys.argv[2:]))
-mesh = P.make_mesh(1)
-state, static, tx = P.init_state(cfg, mesh)
-upd = jax.jit(functools.partial(P.update, static=static, tx=tx, cfg=cfg), donate_argnums=0)
+cfg = C.finalize(C.cli(sys.argv[2:]))
+mesh = S.make_mesh(1)
+state, static, tx = S.init_state(cfg, mesh)
+upd = jax.jit(functools.partial(T.update, static=static, tx=tx, cfg=cfg), donate_argnums=0)
 x, y = cache["x"], cache["y"]
 ex, ey = cache["ex"].astype(np.float32), cache["ey"]
 V = cfg.data.n_views
@@ -77,7 +78,7 @@ accs = []
 for step in range(cfg.n_steps):
     xb = x[step % len(x)][:V].astype(np.float32)
     b = {"data": xb if V > 1 else xb[0], "target": y[step % len(y)]}
-    state, mt = upd(state, P.shard_batch(b, cfg, mesh))
+    state, mt = upd(state, S.shard_batch(b, cfg, mesh))
     accs.append(float(mt["probe_acc"]))
     if (step + 1) % 50 == 0:
         print(
