@@ -47,10 +47,11 @@ def assert_same(a, b):
 
 def test_batch_layout(shards):
     (b,) = take(shards, 1)
-    assert set(b) == {"data", "target", "index", "shard", "valid"}
+    assert set(b) == {"data", "target", "index", "shard", "valid", "start_s"}
     assert b["data"].shape == (16, 16, 8) and b["data"].dtype == np.float32
     assert b["target"].dtype == np.int64 and b["index"].dtype == np.int64
     assert b["shard"].dtype == np.int32 and b["valid"].dtype == np.bool_
+    assert b["start_s"].shape == (16,) and b["start_s"].dtype == np.float64
     assert b["valid"].all()
     np.testing.assert_array_equal(b["target"], b["index"] % 10)
     starts = np.array([0, 300, 500, N])
@@ -59,7 +60,7 @@ def test_batch_layout(shards):
     assert np.abs(b["data"][:, :8]).max() < 0.46 and (b["data"][:, :8] != 0).all()
     assert (b["data"][:, 8:] == 0).all()  # padding frames are 0 after normalisation
     (v,) = take(shards, 1, n_views=3)
-    assert v["data"].shape == (3, 16, 16, 8)
+    assert v["data"].shape == (3, 16, 16, 8) and v["start_s"].shape == (3, 16)
     assert not np.array_equal(v["data"][0], v["data"][1])  # different random crops
     np.testing.assert_array_equal(v["index"], b["index"])
 

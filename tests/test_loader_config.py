@@ -48,7 +48,8 @@ def test_rust_rejects_unknown_settings_and_config_keys_are_unchanged(tmp_path):
     ds = birdjepa._rs.Dataset([path])
     with pytest.raises(birdjepa.BadArgumentError, match="config.*batch_sise"):
         birdjepa._rs.Loader(ds, json.dumps({"batch_sise": 8}), start_step=0)
-    # The keys of Loader.config (hence state dicts and fingerprints) are those of before.
+    # The keys of Loader.config (hence state dicts and fingerprints) are those of before, at
+    # the defaults of settings added since (view_window_s).
     with birdjepa.data._DebugLoader([path], batch_size=4, transform="debug", clip_s=0.1,
                                      n_frames=8) as loader:
         assert set(loader.config) == {

@@ -28,6 +28,22 @@ pub struct Features {
     pub n_mels: usize,
     /// True when the window was decoded by seeking; false when we fell back to a full decode.
     pub seeked: bool,
+    /// Where the first frame starts in the recording, in seconds.
+    pub start_s: f64,
+    /// Leading frames computed from the recording itself; the rest (a recording shorter than
+    /// the window) are zero padding.
+    pub valid_frames: usize,
+}
+
+/// Where a decoded window lies in its recording.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WaveInfo {
+    /// Decoded by seeking (false: a full decode, then cut).
+    pub seeked: bool,
+    /// Start of the window in the recording, in seconds.
+    pub start_s: f64,
+    /// Resampled samples that come from the recording (the rest is zero padding).
+    pub valid: usize,
 }
 
 /// Something that turns encoded audio bytes into features. The loader is generic over it so its
@@ -147,19 +163,19 @@ impl ClipWorker {
 
     /// Decode the cropped window, resample it to `sample_rate` (`duration_s` of samples, zero-padded
     /// at the end when the recording is shorter) into the worker's wave buffer; returns
-    /// whether the window was decoded by seeking.
-    pub fn wave(&mut self, data: &[u8], crop: Crop) -> Result<(&[f32], bool)> {
+    /// where the window lies in the recording.
+    pub fn wave(&mut self, data: &[u8], crop: Crop) -> Result<(&[f32], WaveInfo)> {
         let mut src = Source::open(data)?;
         let sr = src.info().sample_rate;
         let dst = self.cfg.sample_rate;
         let dur = seconds_to_frames("duration_s", self.cfg.duration_s, sr)?.max(1);
         let m = margin(sr, dst);
-        let (decoded, start) = match crop {
+        let (decoded, left, start) = match crop {
             Crop::Start(s) => {
                 let start = seconds_to_frames("start_s", s, sr)?;
                 let left = if start >= m { m } else { 0 };
                 let d = src.read(start - left, Some(left + dur + m))?;
-                (d, left)
+                (d, left, start)
             }
             Crop::Fraction(f) => {
                 if !(f.is_finite() && (0.0..=1.0).contains(&f)) {
@@ -169,7 +185,7 @@ impl ClipWorker {
                     Some(n) => {
                         let start = (f * n.saturating_sub(dur) as f64).round() as u64;
                         let left = if start >= m { m } else { 0 };
-                        (src.read(start - left, Some(left + dur + m))?, left)
+                        (src.read(start - left, Some(left + dur + m))?, left, start)
                     }
                     None => {
                         // Length unknown: decode everything, then cut.
@@ -181,7 +197,7 @@ impl ClipWorker {
                         let b = ((start + dur + m) as usize).min(d.samples.len());
                         d.samples = d.samples[a..b].to_vec();
                         d.seeked = false;
-                        (d, left)
+                        (d, left, start)
                     }
                 }
             }
@@ -189,10 +205,18 @@ impl ClipWorker {
         let want = crate::resample::output_len(dur as usize, sr, dst);
         let resampler = self.resamplers.get(sr, dst)?;
         resampler.process_into(&decoded.samples, &mut self.wave)?;
-        let skip = crate::resample::output_len(start as usize, sr, dst).min(self.wave.len());
+        let skip = crate::resample::output_len(left as usize, sr, dst).min(self.wave.len());
         self.wave.drain(..skip);
+        // Samples from the recording: the decode's, less the left margin and the right one read.
+        let got = (decoded.samples.len() as u64).saturating_sub(left);
+        let real = crate::resample::output_len(got.min(dur) as usize, sr, dst);
         self.wave.resize(want, 0.0);
-        Ok((&self.wave, decoded.seeked))
+        let info = WaveInfo {
+            seeked: decoded.seeked,
+            start_s: start as f64 / sr as f64,
+            valid: real.min(want),
+        };
+        Ok((&self.wave, info))
     }
 
     /// The whole clip: windowed decode -> cached resample -> fbank.
@@ -215,10 +239,12 @@ impl ClipWorker {
     }
 
     fn clip_inner(&mut self, data: &[u8], crop: Crop) -> Result<Features> {
-        let (_, seeked) = self.wave(data, crop)?;
+        let (_, info) = self.wave(data, crop)?;
         let mut feats = Features {
             n_mels: self.fbank.n_mels(),
-            seeked,
+            seeked: info.seeked,
+            start_s: info.start_s,
+            valid_frames: self.fbank.n_frames(info.valid),
             ..Default::default()
         };
         // The wave comes from the recording, not from a caller: a bad sample in it is the
@@ -277,6 +303,12 @@ mod tests {
             let f = w.apply(&a, crop).unwrap();
             assert_eq!((f.n_frames, f.n_mels, f.data.len()), (498, 128, 498 * 128));
             assert!(f.seeked);
+            assert_eq!(f.valid_frames, 498);
+            let want = match crop {
+                Crop::Start(s) => s,
+                Crop::Fraction(x) => x * 7.0,
+            };
+            assert!((f.start_s - want).abs() < 1e-4, "{crop:?}: {}", f.start_s);
             w.apply(&b, crop).unwrap();
         }
         assert_eq!(w.resamplers_built(), 2);
@@ -285,6 +317,7 @@ mod tests {
         let f = w.apply(&short, Crop::Fraction(0.5)).unwrap();
         assert_eq!(f.n_frames, 498);
         assert_eq!(f.data[497 * 128], f32::EPSILON.ln());
+        assert_eq!((f.start_s, f.valid_frames), (0.0, 198)); // Kaldi frames of 2 s
     }
 
     /// The clip's wave equals resampling the whole recording and cutting (away from the edges the
@@ -304,7 +337,8 @@ mod tests {
             .process(&x)
             .unwrap();
         let mut w = ClipWorker::new(ClipConfig::default()).unwrap();
-        let (wave, _) = w.wave(&bytes, Crop::Start(2.5)).unwrap();
+        let (wave, info) = w.wave(&bytes, Crop::Start(2.5)).unwrap();
+        assert_eq!((info.start_s, info.valid), (2.5, 160_000));
         let cut = &mut whole[80000..240000];
         let err = wave
             .iter()

@@ -72,6 +72,12 @@ impl Transform for DebugTransform {
             n_frames: self.n_frames,
             n_mels: self.n_mels,
             seeked: true,
+            // No recording length here: a fraction stands in for the start.
+            start_s: match crop {
+                Crop::Start(s) => s,
+                Crop::Fraction(f) => f,
+            },
+            valid_frames: self.n_frames,
         })
     }
 }

@@ -44,6 +44,11 @@ class DataConfig:
     mask, which Slurm's --cpus-per-task sets) minus 2 for the trainer, at least 2."""
     n_views: int = 1
     """Augmented views per clip; lejepa needs >= 2. Batches are then (V, B, T, M)."""
+    view_window_s: float = 0.0
+    """Train views from one decode: 0 decodes each view's crop separately; otherwise each
+    sample's views are 5 s crops cut from one decoded window of this many seconds (>= 5), at
+    random frame offsets: about n_views times less decode/resample/fbank work per sample, and
+    views that overlap (birdjepa.data.LoaderConfig.view_window_s)."""
     n_frames: int = 512
     """Time frames per clip (the T of (B, T, M)); must be divisible by model.patch[0]."""
     n_mels: int = 128
@@ -289,6 +294,9 @@ def validate(cfg: Config, *, n_devices: int | None = None, process_count: int = 
 def _validate_data(cfg: Config) -> None:
     d = cfg.data
     _require(d.n_views >= 1, "data.n_views", "an int >= 1", d.n_views)
+    _require(d.view_window_s == 0 or 5.0 <= d.view_window_s <= 3600, "data.view_window_s",
+             "0 (a decode per view) or seconds in [5, 3600] (the 5 s clip at least)",
+             d.view_window_s)
     _require(d.n_workers == "auto" or d.n_workers >= 0, "data.n_workers",
              "an int >= 0 or 'auto'", d.n_workers)
     _require(d.n_frames >= 1 and d.n_mels >= 1, "data.n_frames/n_mels", "ints >= 1",

@@ -14,6 +14,8 @@ Batches are dicts of numpy arrays:
 * `index` int64 `(B,)`: the global row index (shards concatenated in order); -1 for eval padding.
 * `shard` int32 `(B,)`: the shard number; -1 for eval padding.
 * `valid` bool `(B,)`: False for eval padding rows and for samples that failed to decode.
+* `start_s` float64 `(B,)`, or `(V, B)`: where each view starts in its recording, in seconds
+  (-1 for padding and failed slots).
 
 With `process_count > 1`, `batch_size` is the global batch and each process gets its contiguous
 `batch_size // process_count` slice; the union over processes of step `s` is the single-process
@@ -72,6 +74,13 @@ def label_problem(label_range: dict | None, n_classes: int) -> str | None:
             f"{row} (labels span {lo}..{v})")
 
 
+def _added(default):
+    """A stream-shaping setting added after the state format was fixed: in `Loader.config` and
+    the fingerprint only when it differs from `default`, so that states saved before it existed
+    (which used the default) still resume."""
+    return dataclasses.field(default=default, metadata={"omit_at_default": True})
+
+
 def _speed(default):
     """A setting that only affects speed (or only when the loader gives up): not part of
     `Loader.config` or the fingerprint."""
@@ -122,6 +131,12 @@ class LoaderConfig:
     """Clip duration in seconds."""
     sample_rate: int = 32000
     """Sample rate the audio is resampled to."""
+    view_window_s: float = _added(0.0)
+    """0: every view is its own random crop of the recording, one decode each. Otherwise one
+    window of this many seconds (>= clip_s) per sample is decoded, resampled and featurized once,
+    and its views are clip_s crops cut from it at random 10 ms frame offsets (all inside the part
+    of the window that the recording covers): views that overlap, at about 1/n_views of the cost
+    per view. Eval mode takes the centre window and centre views."""
     audio_column: str = "audio"
     """Column with the encoded audio (HF Audio struct or binary)."""
     label_column: str | None = "label"
@@ -143,6 +158,16 @@ class LoaderConfig:
             f.name for f in dataclasses.fields(cls) if f.metadata.get("shapes_stream", True)
         )
 
+    def shaping_values(self) -> dict:
+        """The settings that shape the stream, by name (see `_added` for the omitted ones)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.metadata.get("shapes_stream", True) and not (
+                    f.metadata.get("omit_at_default") and v == f.default):
+                out[f.name] = v
+        return out
+
     def __post_init__(self):
         self._check()
         # Plain int/float values (numpy scalars, 5 for 5.0), so that config and fingerprint are
@@ -159,6 +184,10 @@ class LoaderConfig:
         bad = birdjepa._rs.BadArgumentError
         if self.mode not in ("train", "eval"):
             raise bad(f"bad argument mode: expected 'train' or 'eval', got {self.mode!r}")
+        for f in dataclasses.fields(self):  # JSON has no NaN or inf: say which setting it is
+            v = getattr(self, f.name)
+            if isinstance(v, (float, np.floating)) and not math.isfinite(v):
+                raise bad(f"bad argument {f.name}: expected a finite number, got {v!r}")
         for name in ("batch_size", "seed", "n_workers"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 0:
@@ -204,7 +233,7 @@ class Loader:
         self.mode, self.batch_size = cfg.mode, int(cfg.batch_size)
         self.process_index, self.process_count = int(cfg.process_index), int(cfg.process_count)
         self._open(shards, split)
-        self.config = {k: getattr(cfg, k) for k in LoaderConfig.shaping()} | self._summary()
+        self.config = cfg.shaping_values() | self._summary()
         self.fingerprint = hashlib.sha256(
             json.dumps(self.config, sort_keys=True).encode()
         ).hexdigest()[:16]
@@ -333,9 +362,9 @@ class Loader:
         if state.get("fingerprint") != self.fingerprint:
             theirs = state.get("config", {})
             diffs = [
-                f"{k}: state has {theirs.get(k)!r}, loader has {v!r}"
-                for k, v in self.config.items()
-                if theirs.get(k) != v
+                f"{k}: state has {theirs.get(k)!r}, loader has {self.config.get(k)!r}"
+                for k in sorted(set(self.config) | set(theirs))
+                if theirs.get(k) != self.config.get(k)
             ]
             detail = "; ".join(diffs) if diffs else "fingerprint differs"
             raise err(f"loader state mismatch: {detail}")

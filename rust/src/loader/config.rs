@@ -40,6 +40,10 @@ pub struct LoaderConfig {
     /// Clip duration in seconds and the target sample rate of the audio transform.
     pub clip_s: f64,
     pub sample_rate: u32,
+    /// 0: every view is its own crop of the recording (one decode per view). Otherwise one
+    /// window of this many seconds (>= clip_s) is decoded, resampled and featurized once per
+    /// sample, and its views are clip_s crops cut from it in frames.
+    pub view_window_s: f64,
     pub audio_column: String,
     pub label_column: Option<String>,
     /// The debug transform's artificial per-sample delay (tests).
@@ -76,6 +80,7 @@ impl Default for LoaderConfig {
             transform: "audio".into(),
             clip_s: 5.0,
             sample_rate: 32000,
+            view_window_s: 0.0,
             audio_column: "audio".into(),
             label_column: Some("label".into()),
             debug_delay_s: 0.0,
@@ -85,6 +90,12 @@ impl Default for LoaderConfig {
             in_flight: 0,
         }
     }
+}
+
+/// Kaldi's frame count for `s` seconds (25 ms window, 10 ms shift, snip edges); at least 1.
+fn kaldi_frames(s: f64) -> usize {
+    let ms = (s * 1000.0).round_ties_even() as i64;
+    (1 + (ms - 25).div_euclid(10)).max(1) as usize
 }
 
 fn at_least(name: &'static str, v: u64, min: u64) -> Result<()> {
@@ -138,6 +149,17 @@ impl LoaderConfig {
         if !(self.std.is_finite() && self.std > 0.0) {
             return Err(Error::bad_argument("std", "a finite value > 0", self.std));
         }
+        let w = self.view_window_s;
+        if !(w == 0.0 || (w.is_finite() && w >= self.clip_s && w <= 3600.0)) {
+            return Err(Error::bad_argument(
+                "view_window_s",
+                format!(
+                    "0 (one decode per view) or seconds in [clip_s={}, 3600]",
+                    self.clip_s
+                ),
+                w,
+            ));
+        }
         if !self.mean.is_finite() {
             return Err(Error::bad_argument("mean", "a finite value", self.mean));
         }
@@ -156,11 +178,24 @@ impl LoaderConfig {
         serde_json::to_string(self).expect("a LoaderConfig always serialises")
     }
 
-    /// Frames of one clip from the debug transform: Kaldi's count for `clip_s` (25 ms window,
-    /// 10 ms shift, snip edges), 498 for 5 s; at least 1.
+    /// Seconds the transform decodes per call: `view_window_s`, or `clip_s` without a window.
+    pub fn window_s(&self) -> f64 {
+        if self.view_window_s > 0.0 {
+            self.view_window_s
+        } else {
+            self.clip_s
+        }
+    }
+
+    /// Frames of one transform call from the debug transform: Kaldi's count for `window_s()`
+    /// (25 ms window, 10 ms shift, snip edges), 498 for 5 s; at least 1.
     pub fn debug_frames(&self) -> usize {
-        let ms = (self.clip_s * 1000.0).round_ties_even() as i64;
-        (1 + (ms - 25).div_euclid(10)).max(1) as usize
+        kaldi_frames(self.window_s())
+    }
+
+    /// Frames of one view: Kaldi's count for `clip_s` (498 for 5 s); at least 1.
+    pub fn clip_frames(&self) -> usize {
+        kaldi_frames(self.clip_s)
     }
 
     /// Slots of each global batch that this process produces.

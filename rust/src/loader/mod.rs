@@ -73,6 +73,9 @@ pub struct Batch {
     pub index: Vec<i64>,
     pub shard: Vec<i32>,
     pub valid: Vec<bool>,
+    /// Row-major (n_views, batch): where each view starts in its recording, seconds (-1 for
+    /// padding and failed slots).
+    pub start_s: Vec<f64>,
     /// Samples that failed while producing this batch (replaced or marked invalid).
     pub failures: Vec<Failure>,
 }

@@ -444,6 +444,7 @@ mod tests {
                 n_frames: 2,
                 n_mels: 3,
                 seeked: true,
+                ..Default::default()
             })
         }
     }
@@ -521,5 +522,44 @@ mod tests {
             "{:?}",
             t.elapsed()
         );
+    }
+
+    /// With `view_window_s`, the transform runs once per sample and each view is `clip_frames`
+    /// consecutive frames of its window, at the offset the seed gives, with its start in seconds.
+    #[test]
+    fn window_views_are_frame_slices_of_one_transform_call() {
+        let ds = dataset("pipe-window", &[]);
+        let (window, clip) = (20, 8); // debug frames of 0.215 s and of 0.1 s
+        let c = LoaderConfig {
+            n_views: 3,
+            clip_s: 0.1,
+            view_window_s: 0.215,
+            ..cfg(Mode::Train)
+        };
+        assert_eq!((c.debug_frames(), c.clip_frames()), (window, clip));
+        let f: TransformFactory =
+            Arc::new(move || Ok(Box::new(DebugTransform::new(window, 4, Duration::ZERO)) as _));
+        let mut p = Pipeline::start(ds, c.clone(), f).unwrap();
+        let b = p.next_batch().unwrap().unwrap();
+        let mut t = DebugTransform::new(window, 4, Duration::ZERO);
+        let mut offsets = std::collections::HashSet::new();
+        for (j, &index) in b.index.iter().enumerate() {
+            let u = crate::order::crop_fraction(7, 0, index as u64, 1 << 32);
+            let w = t.apply(&payload(index as u64), Crop::Fraction(u)).unwrap();
+            for v in 0..3 {
+                let off = (crate::order::crop_fraction(7, 0, index as u64, v) * 12.0).round();
+                offsets.insert(off as usize);
+                let got = &b.data[(v as usize * 16 + j) * 32..][..32];
+                let want: Vec<f32> = w.data[off as usize * 4..][..32]
+                    .iter()
+                    .map(|x| (x - c.mean) * (1.0 / (2.0 * c.std)))
+                    .collect();
+                assert_eq!(got, &want[..], "sample {index} view {v}");
+                let start = b.start_s[v as usize * 16 + j];
+                assert!((start - (u + off * 0.01)).abs() < 1e-12, "{start}");
+            }
+        }
+        assert!(offsets.len() > 5, "{offsets:?}");
+        assert_eq!(p.stats().decoded, 16);
     }
 }

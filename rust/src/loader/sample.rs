@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::stats::SharedStats;
 use super::{Failure, LoaderConfig, Mode};
-use crate::clip::{Crop, Transform};
+use crate::clip::{Crop, Features, Transform};
 use crate::decode::panic_message;
 use crate::error::{Error, Result};
 use crate::order::{crop_fraction, Order};
@@ -28,6 +28,8 @@ pub(super) enum Job {
 /// One slot's features and identity, ready to be copied into its batch.
 pub(super) struct Row {
     pub(super) data: Vec<f32>,
+    /// Where each view starts in its recording, seconds.
+    pub(super) start_s: Vec<f64>,
     pub(super) label: i64,
     pub(super) index: i64,
     pub(super) shard: i32,
@@ -85,44 +87,98 @@ impl From<Error> for SampleError {
     }
 }
 
-/// Transform every view of one sample into normalised, padded (n_views, n_frames, n_mels).
+/// A sample's features: normalised, padded (n_views, n_frames, n_mels), and where each view
+/// starts in the recording (seconds).
+struct Featurized {
+    data: Vec<f32>,
+    start_s: Vec<f64>,
+}
+
+/// The transform's output checked against the configured mel bins: a mismatch is the
+/// configuration's fault and stops the loader.
+fn check_mels(f: &Features, m: usize) -> std::result::Result<(), SampleError> {
+    if f.n_mels != m || f.data.len() != f.n_frames * f.n_mels {
+        return Err(SampleError::Fatal(Error::bad_argument(
+            "n_mels",
+            format!("transform output with {m} mel bins"),
+            format!(
+                "{} mels x {} frames in {} values",
+                f.n_mels,
+                f.n_frames,
+                f.data.len()
+            ),
+        )));
+    }
+    Ok(())
+}
+
+/// Normalise `frames` (rows of `m` mels) into the start of `dst`; frames past them stay 0.0, the
+/// dataset mean after normalisation.
+fn put(c: &LoaderConfig, frames: &[f32], dst: &mut [f32]) {
+    let scale = 1.0 / (2.0 * c.std);
+    for (d, &x) in dst.iter_mut().zip(frames) {
+        *d = (x - c.mean) * scale;
+    }
+}
+
+/// The filterbank's frame shift (Kaldi's 10 ms).
+const FRAME_SHIFT_S: f64 = 0.01;
+
+/// The `view_window_s` random stream's key for the window itself (views use 0..n_views).
+const WINDOW_KEY: u64 = 1 << 32;
+
+/// Transform every view of one sample.
+///
+/// Without `view_window_s`, each view is its own crop and transform call. With it, one window is
+/// transformed and each view is `clip_frames` consecutive frames of it, at a frame offset drawn
+/// uniformly over the window's frames that come from the recording: one decode, one resample and
+/// one fbank per sample, whatever the number of views.
 fn featurize(
     ctx: &Ctx,
     t: &mut dyn Transform,
     reader: &Reader,
     s: &SampleRef,
     g: u64,
-) -> std::result::Result<Vec<f32>, SampleError> {
+) -> std::result::Result<Featurized, SampleError> {
     let bytes = reader.read(s)?;
     let c = &ctx.cfg;
     let (tf, m) = (c.n_frames, c.n_mels);
-    let mut out = vec![0f32; c.n_views * tf * m];
+    let mut out = Featurized {
+        data: vec![0f32; c.n_views * tf * m],
+        start_s: vec![0f64; c.n_views],
+    };
     let epoch = g / ctx.n_rows;
-    let scale = 1.0 / (2.0 * c.std);
+    let fraction = |v: u64| match c.mode {
+        Mode::Train => crop_fraction(c.seed, epoch, s.index, v),
+        Mode::Eval => 0.5,
+    };
+    if c.view_window_s > 0.0 {
+        let f = t.apply(bytes.as_slice(), Crop::Fraction(fraction(WINDOW_KEY)))?;
+        check_mels(&f, m)?;
+        let clip = c.clip_frames().min(f.n_frames);
+        let room = f.valid_frames.clamp(clip, f.n_frames) - clip;
+        for v in 0..c.n_views {
+            let off = (fraction(v as u64) * room as f64).round() as usize;
+            let keep = clip.min(tf);
+            put(
+                c,
+                &f.data[off * m..(off + keep) * m],
+                &mut out.data[v * tf * m..(v + 1) * tf * m],
+            );
+            out.start_s[v] = f.start_s + off as f64 * FRAME_SHIFT_S;
+        }
+        return Ok(out);
+    }
     for v in 0..c.n_views {
-        let crop = match c.mode {
-            Mode::Train => Crop::Fraction(crop_fraction(c.seed, epoch, s.index, v as u64)),
-            Mode::Eval => Crop::Fraction(0.5),
-        };
-        let f = t.apply(bytes.as_slice(), crop)?;
-        if f.n_mels != m || f.data.len() != f.n_frames * f.n_mels {
-            return Err(SampleError::Fatal(Error::bad_argument(
-                "n_mels",
-                format!("transform output with {m} mel bins"),
-                format!(
-                    "{} mels x {} frames in {} values",
-                    f.n_mels,
-                    f.n_frames,
-                    f.data.len()
-                ),
-            )));
-        }
+        let f = t.apply(bytes.as_slice(), Crop::Fraction(fraction(v as u64)))?;
+        check_mels(&f, m)?;
         let keep = f.n_frames.min(tf);
-        let dst = &mut out[v * tf * m..v * tf * m + keep * m];
-        for (d, &x) in dst.iter_mut().zip(&f.data[..keep * m]) {
-            *d = (x - c.mean) * scale;
-        }
-        // Frames past the clip stay 0.0: the dataset mean after normalisation.
+        put(
+            c,
+            &f.data[..keep * m],
+            &mut out.data[v * tf * m..(v + 1) * tf * m],
+        );
+        out.start_s[v] = f.start_s;
     }
     Ok(out)
 }
@@ -135,7 +191,7 @@ fn featurize_guarded(
     reader: &Reader,
     s: &SampleRef,
     g: u64,
-) -> std::result::Result<Vec<f32>, SampleError> {
+) -> std::result::Result<Featurized, SampleError> {
     catch_unwind(AssertUnwindSafe(|| featurize(ctx, t, reader, s, g))).unwrap_or_else(|payload| {
         Err(SampleError::Sample(Error::corrupt(format!(
             "transform panicked: {}",
@@ -181,13 +237,14 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
         };
         let f = match candidate {
             Ok(s) => match featurize_guarded(ctx, t, reader, &s, g) {
-                Ok(data) => {
+                Ok(Featurized { data, start_s }) => {
                     ctx.stats.decoded.fetch_add(1, Ordering::Relaxed);
                     if k > 0 {
                         ctx.stats.replaced.fetch_add(1, Ordering::Relaxed);
                     }
                     let row = Row {
                         data,
+                        start_s,
                         label: s.label,
                         index: s.index as i64,
                         shard: s.shard as i32,
@@ -234,6 +291,7 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
         q,
         row: Some(Row {
             data: vec![0.0; n],
+            start_s: vec![-1.0; ctx.cfg.n_views],
             label,
             index: index0 as i64,
             shard: shard as i32,

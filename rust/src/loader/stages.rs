@@ -202,6 +202,7 @@ impl Assembler {
             index: vec![-1; b],
             shard: vec![-1; b],
             valid: vec![false; b],
+            start_s: vec![-1.0; c.n_views * b],
             failures: Vec::new(),
         }
     }
@@ -215,6 +216,7 @@ impl Assembler {
             let dst = (v * b + slot) * sample_len;
             batch.data[dst..dst + sample_len]
                 .copy_from_slice(&row.data[v * sample_len..(v + 1) * sample_len]);
+            batch.start_s[v * b + slot] = row.start_s[v];
         }
         batch.target[slot] = row.label;
         batch.index[slot] = row.index;

@@ -56,7 +56,7 @@ fn make_transform(cfg: &LoaderConfig) -> Result<Box<dyn Transform>> {
             };
             Ok(Box::new(ClipWorker::new(ClipConfig {
                 sample_rate: cfg.sample_rate,
-                duration_s: cfg.clip_s,
+                duration_s: cfg.window_s(),
                 fbank,
             })?))
         }

@@ -117,6 +117,15 @@ impl PyLoader {
         d.set_item("index", PyArray1::from_vec(py, b.index))?;
         d.set_item("shard", PyArray1::from_vec(py, b.shard))?;
         d.set_item("valid", PyArray1::from_vec(py, b.valid))?;
+        let start_s = PyArray1::from_vec(py, b.start_s);
+        let start_s = if self.n_views == 1 {
+            start_s.into_any()
+        } else {
+            start_s
+                .reshape([self.n_views, self.local_batch])?
+                .into_any()
+        };
+        d.set_item("start_s", start_s)?;
         let failures = b
             .failures
             .into_iter()

@@ -161,7 +161,8 @@ def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None
                   process_count=jax.process_count(), n_frames=d.n_frames, n_mels=d.n_mels,
                   audio_column=d.audio_column, label_column=d.label_column)
     train = birdjepa.data.Loader(d.train_shards, mode="train", batch_size=cfg.batch_size,
-                                 n_views=d.n_views, state=train_state, **common)
+                                 n_views=d.n_views, view_window_s=d.view_window_s,
+                                 state=train_state, **common)
     evals = birdjepa.data.Loader(d.eval_shards, mode="eval",
                                  batch_size=d.eval_batch_size or cfg.batch_size, **common)
     for key, loader in (("train_shards", train), ("eval_shards", evals)):
