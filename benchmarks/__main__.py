@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-NAMES = ("transforms", "loader", "train", "ckpt")
+NAMES = ("transforms", "loader", "views", "train", "ckpt")
 
 
 def main(argv: list[str]) -> int:

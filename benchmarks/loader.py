@@ -147,35 +147,6 @@ def run_rust_isolated(*args, **kw):
         return pool.apply(run_rust, args, kw)
 
 
-def bench_views(paths, args) -> dict:
-    """Two views per sample, each its own decode (view_window_s=0) against both cut from one
-    decoded window of `--view-window` s: views/s and views per CPU-second, best of --repeat."""
-    workers = [int(x) for x in args.workers.split(",")]
-    w_s = args.view_window
-    print(f"{os.cpu_count()} cores; load average {_load()}; 2 views per sample, batch "
-          f"{args.batch_size}, {args.batches} timed batches per run; window {w_s} s")
-    print(f"{'views from':<16} {'workers':>7} {'views/s':>8} {'views/cpu-s':>11} {'peak RSS':>8}")
-    out: dict = {}
-    for w in workers:
-        for name, window in (("a decode each", 0.0), (f"one {w_s:g} s window", w_s)):
-            best = None
-            for _ in range(args.repeat):
-                r = run_rust_isolated(paths, args.batches, args.batch_size, w, args.transform,
-                                      n_views=2, view_window_s=window)
-                if best is None or r["clips_per_cpu_s"] > best["clips_per_cpu_s"]:
-                    best = r
-            vps, vpc = 2 * best["clips_per_s"], 2 * best["clips_per_cpu_s"]
-            out[(w, window)] = {"views_per_s": vps, "views_per_cpu_s": vpc,
-                                "peak_rss_mb": best["peak_rss_mb"]}
-            print(f"{name:<16} {w:>7} {vps:8.1f} {vpc:11.1f} {best['peak_rss_mb']:6.0f}MB  "
-                  f"{_load()}", flush=True)
-        ratio = out[(w, w_s)]["views_per_cpu_s"] / out[(w, 0.0)]["views_per_cpu_s"]
-        print(f"  {w} worker(s): one window / a decode each, views per CPU-s: {ratio:.2f}x "
-              f"(goal >= 2x: {_verdict(ratio >= 2)}); views per CPU-s "
-              f"{out[(w, w_s)]['views_per_cpu_s']:.0f} (goal >= 200: "
-              f"{_verdict(out[(w, w_s)]['views_per_cpu_s'] >= 200)})")
-    return {f"{w}w-{win:g}s": v for (w, win), v in out.items()}
-
 
 # -- the plain-Python peer -------------------------------------------------------------------------
 
@@ -481,10 +452,6 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeat", type=int, default=2, help="runs per configuration (best kept)")
     p.add_argument("--no-peer", action="store_true")
     p.add_argument("--json", help="also write the results here")
-    p.add_argument("--views", action="store_true",
-                   help="only compare 2 views from one decoded window against a decode each")
-    p.add_argument("--view-window", type=float, default=6.0,
-                   help="window seconds for --views (>= the 5 s clip)")
     p.add_argument(
         "--quality",
         action="store_true",
@@ -497,12 +464,6 @@ def main(argv: list[str]) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         paths = demo_corpus(args.data or os.path.join(tmp, "demo"), args.rows, args.seconds)
-        if args.views:
-            res = bench_views(paths, args)
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(res, f, indent=1)
-            return 0
         res = bench(paths, args)
     if args.json:
         for r in res["runs"]:

@@ -9,8 +9,8 @@ cd "$(dirname "$0")/../../.."
 RUNS=${RUNS:-runs/008-views}
 export WANDB_MODE=${WANDB_MODE:-offline}
 make data/demo/.done-split
-.venv/bin/python -m benchmarks loader --views --workers 1,2 --repeat 2 --batches 8 \
-    --view-window "${WINDOW:-6}"
+.venv/bin/python -m benchmarks views --workers 1,2 --repeat 2 --batches 8 \
+    --window "${WINDOW:-6}"
 rm -rf "$RUNS"
 mkdir -p "$RUNS"
 run() {  # run NAME CONFIG [overrides...]
