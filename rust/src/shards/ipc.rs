@@ -16,6 +16,25 @@ pub(super) struct BatchLoc {
     pub(super) first_row: u64,
 }
 
+/// Append the record batch whose metadata is `meta` (start, length) and body `body` (start,
+/// length), holding `rows` rows: its first row follows the previous batch's last.
+pub(super) fn push_loc(
+    locs: &mut Vec<BatchLoc>,
+    meta: (usize, usize),
+    body: (usize, usize),
+    rows: u64,
+) {
+    let first_row = locs.last().map_or(0, |l| l.first_row + l.rows);
+    locs.push(BatchLoc {
+        meta_start: meta.0,
+        meta_len: meta.1,
+        body_start: body.0,
+        body_len: body.1,
+        rows,
+        first_row,
+    });
+}
+
 pub(super) fn ds_err(path: &Path, detail: impl Into<String>) -> Error {
     Error::Dataset {
         path: path.display().to_string(),

@@ -13,7 +13,7 @@ use arrow_schema::{Schema, SchemaRef};
 use memmap2::Mmap;
 
 use super::batch::{check_schema, labels_as_i64, labels_opt, AudioLayout, DecodedBatch};
-use super::ipc::{batch_rows, ds_err, message_prefix, parse_message, read_u32, BatchLoc};
+use super::ipc::{batch_rows, ds_err, message_prefix, parse_message, push_loc, read_u32, BatchLoc};
 use super::source::Source;
 use super::Format;
 use super::LabelRange;
@@ -76,7 +76,6 @@ impl Shard {
         let mut at = 0usize;
         let mut schema = None;
         let mut batches = Vec::new();
-        let mut first_row = 0u64;
         while let Some((meta_start, meta_len)) = message_prefix(path, b, at)? {
             let msg = parse_message(path, &b[meta_start..meta_start + meta_len], at)?;
             let body_start = meta_start + meta_len;
@@ -107,15 +106,12 @@ impl Shard {
                         ds_err(path, format!("unreadable record batch at byte {at}"))
                     })?;
                     let rows = batch_rows(path, &rb, at)?;
-                    batches.push(BatchLoc {
-                        meta_start,
-                        meta_len,
-                        body_start,
-                        body_len,
+                    push_loc(
+                        &mut batches,
+                        (meta_start, meta_len),
+                        (body_start, body_len),
                         rows,
-                        first_row,
-                    });
-                    first_row += rows;
+                    );
                 }
                 arrow_ipc::MessageHeader::DictionaryBatch => {
                     return Err(ds_err(path, "dictionary-encoded columns are not supported"));
@@ -166,7 +162,6 @@ impl Shard {
             return Err(ds_err(path, "dictionary-encoded columns are not supported"));
         }
         let mut batches = Vec::new();
-        let mut first_row = 0u64;
         for block in footer.recordBatches().into_iter().flatten() {
             let at = usize::try_from(block.offset())
                 .map_err(|_| ds_err(path, "negative block offset in footer"))?;
@@ -186,15 +181,12 @@ impl Shard {
                 ));
             }
             let rows = batch_rows(path, &rb, at)?;
-            batches.push(BatchLoc {
-                meta_start,
-                meta_len,
-                body_start,
-                body_len,
+            push_loc(
+                &mut batches,
+                (meta_start, meta_len),
+                (body_start, body_len),
                 rows,
-                first_row,
-            });
-            first_row += rows;
+            );
         }
         Ok((Format::File, schema, batches))
     }
