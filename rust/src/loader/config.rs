@@ -92,10 +92,15 @@ impl Default for LoaderConfig {
     }
 }
 
-/// Kaldi's frame count for `s` seconds (25 ms window, 10 ms shift, snip edges); at least 1.
+/// The audio transform's frame length and shift (Kaldi's defaults, `FbankConfig::default()`).
+const FRAME_LENGTH_MS: i64 = 25;
+pub(super) const FRAME_SHIFT_MS: i64 = 10;
+
+/// Kaldi's frame count for `s` seconds (FRAME_LENGTH_MS window, FRAME_SHIFT_MS shift, snip
+/// edges); at least 1.
 fn kaldi_frames(s: f64) -> usize {
     let ms = (s * 1000.0).round_ties_even() as i64;
-    (1 + (ms - 25).div_euclid(10)).max(1) as usize
+    (1 + (ms - FRAME_LENGTH_MS).div_euclid(FRAME_SHIFT_MS)).max(1) as usize
 }
 
 fn at_least(name: &'static str, v: u64, min: u64) -> Result<()> {

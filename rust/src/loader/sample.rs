@@ -5,6 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::config::FRAME_SHIFT_MS;
 use super::stats::SharedStats;
 use super::{Failure, LoaderConfig, Mode};
 use crate::clip::{Crop, Features, Transform};
@@ -121,9 +122,6 @@ fn put(c: &LoaderConfig, frames: &[f32], dst: &mut [f32]) {
     }
 }
 
-/// The filterbank's frame shift (Kaldi's 10 ms).
-const FRAME_SHIFT_S: f64 = 0.01;
-
 /// The `view_window_s` random stream's key for the window itself (views use 0..n_views).
 const WINDOW_KEY: u64 = 1 << 32;
 
@@ -165,7 +163,7 @@ fn featurize(
                 &f.data[off * m..(off + keep) * m],
                 &mut out.data[v * tf * m..(v + 1) * tf * m],
             );
-            out.start_s[v] = f.start_s + off as f64 * FRAME_SHIFT_S;
+            out.start_s[v] = f.start_s + (off as i64 * FRAME_SHIFT_MS) as f64 / 1000.0;
         }
         return Ok(out);
     }
