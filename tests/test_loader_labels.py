@@ -29,8 +29,9 @@ def _write(path, labels, label_type=loader_shards.INT64):
 def test_string_labels_suggest_class_encode_column(tmp_path):
     p = _write(tmp_path / "s.arrow", ["owl", "tit", "owl"], pa.string())
     with pytest.raises(birdjepa.DatasetError,
-                       match=r"s\.arrow: column 'label': expected an integer label type \(int64\), "
-                             r"got Utf8 .*class_encode_column\('label'\)"):
+                       match=r"s\.arrow: column 'label': expected an integer label type \(int64\) "
+                             r"or a list of them \(list<int64>, multilabel\), got Utf8 "
+                             r".*class_encode_column\('label'\)"):
         birdjepa.data._DebugLoader([p], **SMALL)
 
 

@@ -57,6 +57,9 @@ class Dataset:
     ) -> None: ...
     @property
     def n_rows(self) -> int: ...
+    @property
+    def multilabel(self) -> bool:
+        """True when the label column is list<int> (multi-hot targets)."""
     def shards(self) -> list[tuple[str, int, str]]:
         """(path, rows, "stream" | "file") per shard."""
     def label_range(self) -> dict[str, Any] | None:

@@ -10,7 +10,9 @@ Batches are dicts of numpy arrays:
 * `data` float32 `(B, T, M)`, or `(V, B, T, M)` with `n_views > 1`: log-mel features normalised
   Bird-MAE style as `(x - mean) / (2 * std)` (defaults mean=-7.2, std=4.43). Clips shorter than
   `n_frames` are padded with 0.0 *after* normalisation (the dataset mean); longer ones are cut.
-* `target` int64 `(B,)`: the label column (-1 when `label_column=None` or the label is null).
+* `target` int64 `(B,)`: the label column (-1 when `label_column=None` or the label is null); for
+  a `list<int>` label column (multilabel, HF `Sequence(ClassLabel)`) float32 `(B, n_classes)`
+  multi-hot (all zero for an empty or null list, and for padding).
 * `index` int64 `(B,)`: the global row index (shards concatenated in order); -1 for eval padding.
 * `shard` int32 `(B,)`: the shard number; -1 for eval padding.
 * `valid` bool `(B,)`: False for eval padding rows and for samples that failed to decode.
@@ -140,7 +142,11 @@ class LoaderConfig:
     audio_column: str = "audio"
     """Column with the encoded audio (HF Audio struct or binary)."""
     label_column: str | None = "label"
-    """Integer label column, or None (targets are then -1)."""
+    """Label column: int (one class per row), list<int> (multilabel: multi-hot targets), or None
+    (targets are then -1)."""
+    n_classes: int = _added(0)
+    """Multi-hot width for a list<int> label column; 0 takes the number of its ClassLabel names
+    (an error without them). Ignored for an int column."""
     debug_delay_s: float = _speed(0.0)
     """The debug transform's artificial per-sample delay (tests)."""
     max_failure_fraction: float = _speed(0.1)
@@ -188,7 +194,7 @@ class LoaderConfig:
             v = getattr(self, f.name)
             if isinstance(v, (float, np.floating)) and not math.isfinite(v):
                 raise bad(f"bad argument {f.name}: expected a finite number, got {v!r}")
-        for name in ("batch_size", "seed", "n_workers"):
+        for name in ("batch_size", "seed", "n_workers", "n_classes"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise bad(f"bad argument {name}: expected a non-negative int, got {value!r}")
@@ -215,8 +221,10 @@ class Loader:
     `Loader(shards, batch_size=..., **settings)` or `Loader(shards, config=LoaderConfig(...))`;
     `shards` and `split` as `resolve_shards` takes them; `state` (from `state_dict()`) resumes a
     stream. Opening reads the label column once: `label_range` is its min/max and where they
-    are, labels below -1 are a DatasetError (-1 and nulls mean "no label"). Train mode is infinite; eval mode is one
-    finite pass and each `iter(loader)` after the first batch of a pass starts a new pass.
+    are, labels below -1 are a DatasetError (-1 and nulls mean "no label"); `multilabel` says
+    whether it is a list column and `class_names` are its ClassLabel names (None if absent).
+    Train mode is infinite; eval mode is one finite pass and each `iter(loader)` after the first
+    batch of a pass starts a new pass.
     """
 
     _TEST_TRANSFORMS: tuple[str, ...] = ()
@@ -233,6 +241,11 @@ class Loader:
         self.mode, self.batch_size = cfg.mode, int(cfg.batch_size)
         self.process_index, self.process_count = int(cfg.process_index), int(cfg.process_count)
         self._open(shards, split)
+        self.multilabel = bool(self._dataset.multilabel)
+        self.class_names = (birdjepa.sources.class_names(self.paths, cfg.label_column, shards)
+                            if cfg.label_column else None)
+        if self.multilabel and cfg.n_classes == 0 and self.class_names:
+            cfg = self.cfg = dataclasses.replace(cfg, n_classes=len(self.class_names))
         self.config = cfg.shaping_values() | self._summary()
         self.fingerprint = hashlib.sha256(
             json.dumps(self.config, sort_keys=True).encode()

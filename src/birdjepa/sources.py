@@ -27,6 +27,8 @@ import re
 import warnings
 from collections.abc import Sequence
 
+import pyarrow as pa
+
 import birdjepa._rs
 
 _PART = re.compile(r"-\d{5}-of-\d{5}$")
@@ -177,3 +179,29 @@ def resolve(shards, split: str | None = None) -> list[str]:
         return [f for p in shards for f in resolve(p, split)]
     raise _bad("expected a list of paths, a directory, a glob, a datasets.Dataset or "
                f"DatasetDict, got {type(shards).__name__}")
+
+
+def class_names(paths: list[str], column: str, dataset=None) -> list[str] | None:
+    """The HF `ClassLabel` names of `column` (plain or inside a `Sequence`/list) from the
+    dataset's features: `dataset.features` for a `datasets.Dataset`, else `dataset_info.json`
+    beside the first shard, else the `huggingface` schema metadata in it. None when absent."""
+    if dataset is not None and hasattr(dataset, "features"):
+        feat = dataset.features.get(column)
+        feat = getattr(feat, "feature", feat)
+        return list(feat.names) if hasattr(feat, "names") else None
+    feats = None
+    info = os.path.join(os.path.dirname(paths[0]), "dataset_info.json")
+    if os.path.exists(info):
+        with open(info) as f:
+            feats = json.load(f).get("features")
+    if feats is None:
+        with pa.memory_map(paths[0]) as f:
+            try:
+                meta = pa.ipc.open_stream(f).schema.metadata or {}
+            except pa.ArrowInvalid:
+                meta = pa.ipc.open_file(f).schema.metadata or {}
+        feats = json.loads(meta.get(b"huggingface", b"{}")).get("info", {}).get("features")
+    feat = (feats or {}).get(column) or {}
+    feat = feat.get("feature", feat)
+    return list(feat["names"]) if isinstance(feat, dict) and "names" in feat else None
+

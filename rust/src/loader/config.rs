@@ -46,6 +46,9 @@ pub struct LoaderConfig {
     pub view_window_s: f64,
     pub audio_column: String,
     pub label_column: Option<String>,
+    /// Width of the multi-hot targets of a list<int> label column (multilabel); unused for an
+    /// int column, whose targets stay class ids. 0: unset (an error for a list column).
+    pub n_classes: usize,
     /// The debug transform's artificial per-sample delay (tests).
     pub debug_delay_s: f64,
     /// Stop once more than this fraction of the last `failure_window` samples failed (1.0: never).
@@ -83,6 +86,7 @@ impl Default for LoaderConfig {
             view_window_s: 0.0,
             audio_column: "audio".into(),
             label_column: Some("label".into()),
+            n_classes: 0,
             debug_delay_s: 0.0,
             max_failure_fraction: 0.1,
             failure_window: 512,

@@ -69,7 +69,11 @@ pub struct Batch {
     pub step: u64,
     /// Row-major (n_views, batch, n_frames, n_mels).
     pub data: Vec<f32>,
+    /// (batch,) class ids (-1: none) of an int label column.
     pub target: Vec<i64>,
+    /// Row-major (batch, n_classes) multi-hot targets of a list<int> label column; empty for an
+    /// int column.
+    pub target_multi: Vec<f32>,
     pub index: Vec<i64>,
     pub shard: Vec<i32>,
     pub valid: Vec<bool>,

@@ -14,7 +14,7 @@ use super::stats::{SharedStats, Stats};
 use super::{Batch, LoaderConfig, Mode, TransformFactory};
 use crate::error::{Error, Result};
 use crate::order::Order;
-use crate::shards::Dataset;
+use crate::shards::{Dataset, LabelKind};
 
 /// What [`Pipeline::recv_timeout`] returns.
 pub enum Next {
@@ -45,6 +45,7 @@ impl Pipeline {
     ) -> Result<Pipeline> {
         let n_rows = ds.n_rows();
         cfg.validate(n_rows)?;
+        let n_targets = multilabel_width(&ds, &cfg)?;
         // Build one transform up front so that configuration errors surface here, not in a thread.
         let mut first = Some(factory()?);
         let in_flight = cfg.in_flight_or_default();
@@ -61,6 +62,7 @@ impl Pipeline {
             order: Order::new(n_rows, cfg.seed, cfg.block_size, cfg.shuffle_window),
             cfg: cfg.clone(),
             n_rows,
+            n_targets,
             stats: stats.clone(),
             stop: stop.clone(),
         });
@@ -176,6 +178,39 @@ impl Pipeline {
             let _ = t.join();
         }
     }
+}
+
+/// The multi-hot target width: `n_classes` for a list<int> label column (every label checked to
+/// lie in [0, n_classes), or -1), 0 for an int column.
+fn multilabel_width(ds: &Dataset, cfg: &LoaderConfig) -> Result<usize> {
+    let (LabelKind::Multi, Some(column)) = (ds.label_kind(), ds.label_column()) else {
+        return Ok(0);
+    };
+    let n = cfg.n_classes;
+    if n == 0 {
+        return Err(Error::bad_argument(
+            "n_classes",
+            format!("the number of classes (>= 1): label column '{column}' is a list (multilabel)"),
+            n,
+        ));
+    }
+    let Some(r) = ds.label_range()? else {
+        return Ok(n);
+    };
+    let bad = [
+        r.min.filter(|m| m.0 < -1),
+        r.max.filter(|m| m.0 >= n as i64),
+    ];
+    if let Some((v, shard, row)) = bad.into_iter().flatten().next() {
+        return Err(Error::Dataset {
+            path: ds.shards()[shard as usize].path.display().to_string(),
+            detail: format!(
+                "row {row}, column '{column}': expected class ids in [0, n_classes={n}) (or -1 \
+                 for none), got {v}"
+            ),
+        });
+    }
+    Ok(n)
 }
 
 impl Drop for Pipeline {
@@ -404,6 +439,76 @@ mod tests {
             1000,
         );
         same(&all[40..], &resumed);
+    }
+
+    #[test]
+    fn list_labels_become_multi_hot_targets_in_train_and_eval() {
+        let d = tmpdir("pipe-multi");
+        let p = d.join("m.arrow");
+        // Row i: classes {i % 4, 4} for even i, none for odd i (a null list every 5th).
+        let classes = |i: u64| match i {
+            i if i % 2 == 0 => Some(vec![(i % 4) as i64, 4]),
+            i if i % 5 == 0 => None,
+            _ => Some(vec![]),
+        };
+        write_multilabel_shard(&p, 0..90, classes);
+        let ds = Arc::new(Dataset::open(std::slice::from_ref(&p), "audio", Some("label")).unwrap());
+        let check = |b: &Batch, n: usize| {
+            assert_eq!(b.target_multi.len(), b.index.len() * n);
+            for (slot, &i) in b.index.iter().enumerate() {
+                let mut want = vec![0.0f32; n];
+                if i >= 0 {
+                    for c in classes(i as u64).unwrap_or_default() {
+                        want[c as usize] = 1.0;
+                    }
+                }
+                assert_eq!(b.target_multi[slot * n..(slot + 1) * n], want, "row {i}");
+            }
+        };
+        for mode in [Mode::Eval, Mode::Train] {
+            let c = LoaderConfig {
+                n_classes: 6,
+                ..cfg(mode)
+            };
+            for b in take(&ds, c, 8) {
+                check(&b, 6);
+            }
+        }
+        let e = |n| {
+            let c = LoaderConfig {
+                n_classes: n,
+                ..cfg(Mode::Eval)
+            };
+            Pipeline::start(ds.clone(), c, debug_factory(0))
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let unset = e(0);
+        assert!(
+            unset.contains("n_classes") && unset.contains("'label'"),
+            "{unset}"
+        );
+        let small = e(4);
+        assert!(
+            small.contains("m.arrow") && small.contains("row 0, column 'label'"),
+            "{small}"
+        );
+        assert!(
+            small.contains("n_classes=4") && small.contains("got 4"),
+            "{small}"
+        );
+        // An int column keeps class-id targets and ignores n_classes.
+        let int_ds = dataset("pipe-multi-int", &[]);
+        let b = &take(
+            &int_ds,
+            LoaderConfig {
+                n_classes: 6,
+                ..cfg(Mode::Eval)
+            },
+            1,
+        )[0];
+        assert!(b.target_multi.is_empty() && b.target[..3] == [0, 1, 2]);
     }
 
     #[test]

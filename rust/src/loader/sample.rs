@@ -32,6 +32,8 @@ pub(super) struct Row {
     /// Where each view starts in its recording, seconds.
     pub(super) start_s: Vec<f64>,
     pub(super) label: i64,
+    /// A list<int> label column's classes (empty otherwise).
+    pub(super) classes: Vec<i64>,
     pub(super) index: i64,
     pub(super) shard: i32,
     pub(super) valid: bool,
@@ -53,6 +55,8 @@ pub(super) struct Ctx {
     pub(super) cfg: LoaderConfig,
     pub(super) order: Order,
     pub(super) n_rows: u64,
+    /// Multi-hot target width: `cfg.n_classes` for a list<int> label column, else 0.
+    pub(super) n_targets: usize,
     pub(super) stats: Arc<SharedStats>,
     pub(super) stop: Arc<AtomicBool>,
 }
@@ -244,6 +248,7 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
                         data,
                         start_s,
                         label: s.label,
+                        classes: s.classes,
                         index: s.index as i64,
                         shard: s.shard as i32,
                         valid: true,
@@ -283,7 +288,10 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
     // Every candidate failed: an invalid slot carrying the original row's identity.
     ctx.stats.invalid.fetch_add(1, Ordering::Relaxed);
     let (shard, _) = reader.dataset().locate(index0);
-    let label = reader.sample(index0).map(|s| s.label).unwrap_or(-1);
+    let (label, classes) = reader
+        .sample(index0)
+        .map(|s| (s.label, s.classes))
+        .unwrap_or((-1, Vec::new()));
     let n = ctx.cfg.n_views * ctx.cfg.n_frames * ctx.cfg.n_mels;
     Done::Slot {
         q,
@@ -291,6 +299,7 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
             data: vec![0.0; n],
             start_s: vec![-1.0; ctx.cfg.n_views],
             label,
+            classes,
             index: index0 as i64,
             shard: shard as i32,
             valid: false,

@@ -199,6 +199,7 @@ impl Assembler {
             step,
             data: vec![0.0; c.n_views * b * c.n_frames * c.n_mels],
             target: vec![-1; b],
+            target_multi: vec![0.0; b * self.ctx.n_targets],
             index: vec![-1; b],
             shard: vec![-1; b],
             valid: vec![false; b],
@@ -219,6 +220,11 @@ impl Assembler {
             batch.start_s[v * b + slot] = row.start_s[v];
         }
         batch.target[slot] = row.label;
+        let n = self.ctx.n_targets;
+        for &c in &row.classes {
+            // In range: the pipeline checked every label against n_classes at start.
+            batch.target_multi[slot * n + c as usize] = 1.0;
+        }
         batch.index[slot] = row.index;
         batch.shard[slot] = row.shard;
         batch.valid[slot] = row.valid;

@@ -14,7 +14,7 @@ use pyo3::types::PyDict;
 use super::to_py;
 use crate::error::Error;
 use crate::loader::{transform_factory, Batch, LoaderConfig, Next, Pipeline};
-use crate::shards::Dataset;
+use crate::shards::{Dataset, LabelKind};
 
 /// Opened, indexed shards (no audio bodies read).
 #[pyclass(name = "Dataset", module = "birdjepa._rs", frozen)]
@@ -54,7 +54,14 @@ impl PyDataset {
             .collect()
     }
 
-    /// Every row's label (int64; -1 without a label column). Reads only the label column.
+    /// True when the label column is a list<int> (multilabel: multi-hot targets).
+    #[getter]
+    fn multilabel(&self) -> bool {
+        self.inner.label_kind() == LabelKind::Multi
+    }
+
+    /// Every row's label (int64; -1 without a label column; a list column: each row's first
+    /// class). Reads only the label column.
     fn labels<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let v = py.detach(|| self.inner.labels()).map_err(to_py)?;
         Ok(PyArray1::from_vec(py, v))
@@ -113,7 +120,13 @@ impl PyLoader {
                 .into_any()
         };
         d.set_item("data", data)?;
-        d.set_item("target", PyArray1::from_vec(py, b.target))?;
+        if b.target_multi.is_empty() {
+            d.set_item("target", PyArray1::from_vec(py, b.target))?;
+        } else {
+            let n = b.target_multi.len() / self.local_batch;
+            let t = PyArray1::from_vec(py, b.target_multi).reshape([self.local_batch, n])?;
+            d.set_item("target", t)?;
+        }
         d.set_item("index", PyArray1::from_vec(py, b.index))?;
         d.set_item("shard", PyArray1::from_vec(py, b.shard))?;
         d.set_item("valid", PyArray1::from_vec(py, b.valid))?;

@@ -22,13 +22,33 @@ pub(super) enum AudioLayout {
     Plain,
 }
 
-/// Check the schema and return (projection, audio layout).
+/// Whether a label column holds one class per row or a list of classes (multilabel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelKind {
+    /// An integer column: one class id per row (null or -1: none).
+    Single,
+    /// A list<integer> column (HF `Sequence(ClassLabel)`, BirdSet's `ebird_code_multilabel`).
+    Multi,
+}
+
+/// The label kind of a column type, None if it is neither an integer nor a list of integers.
+fn label_kind(t: &DataType) -> Option<LabelKind> {
+    match t {
+        t if t.is_integer() => Some(LabelKind::Single),
+        DataType::List(f) | DataType::LargeList(f) if f.data_type().is_integer() => {
+            Some(LabelKind::Multi)
+        }
+        _ => None,
+    }
+}
+
+/// Check the schema and return (projection, audio layout, label kind).
 pub(super) fn check_schema(
     path: &Path,
     schema: &Schema,
     audio_column: &str,
     label_column: Option<&str>,
-) -> Result<(Vec<usize>, AudioLayout)> {
+) -> Result<(Vec<usize>, AudioLayout, LabelKind)> {
     let names = || {
         schema
             .fields()
@@ -73,6 +93,7 @@ pub(super) fn check_schema(
         }
     };
     let mut projection = vec![ai];
+    let mut kind = LabelKind::Single;
     if let Some(label_column) = label_column {
         let (li, lf) = schema.column_with_name(label_column).ok_or_else(|| {
             ds_err(
@@ -83,21 +104,97 @@ pub(super) fn check_schema(
                 ),
             )
         })?;
-        if !lf.data_type().is_integer() {
-            return Err(ds_err(path, label_type_error(label_column, lf.data_type())));
-        }
+        kind = label_kind(lf.data_type())
+            .ok_or_else(|| ds_err(path, label_type_error(label_column, lf.data_type())))?;
         projection.push(li);
     }
     projection.sort_unstable();
     projection.dedup();
-    Ok((projection, layout))
+    Ok((projection, layout, kind))
 }
 
-pub(super) fn labels_as_i64(path: &Path, column: &str, a: &ArrayRef) -> Result<Vec<i64>> {
-    Ok(labels_opt(path, column, a, 0)?
-        .into_iter()
-        .map(|v| v.unwrap_or(-1))
-        .collect())
+/// The classes of each row of a label column: `values[offsets[r]..offsets[r + 1]]` (None for a
+/// null label or a null list). An integer column gives every row exactly one value.
+pub(super) struct RowLabels {
+    pub(super) offsets: Vec<usize>,
+    pub(super) values: Vec<Option<i64>>,
+}
+
+impl RowLabels {
+    /// Read `a` (rows `first_row..` of its shard); errors name the file, row and column.
+    pub(super) fn read(path: &Path, column: &str, a: &ArrayRef, first_row: u64) -> Result<Self> {
+        let (offsets, child): (Vec<usize>, _) = match a.data_type() {
+            DataType::List(_) => {
+                let l = a.as_list::<i32>();
+                let o = l.value_offsets().iter().map(|&x| x as usize).collect();
+                (o, l.values().clone())
+            }
+            DataType::LargeList(_) => {
+                let l = a.as_list::<i64>();
+                let o = l.value_offsets().iter().map(|&x| x as usize).collect();
+                (o, l.values().clone())
+            }
+            _ => {
+                let values = labels_opt(path, column, a, first_row)?;
+                return Ok(RowLabels {
+                    offsets: (0..=values.len()).collect(),
+                    values,
+                });
+            }
+        };
+        // The child's own row numbers are not the table's: name the table row on errors.
+        let all = labels_opt(path, column, &child, 0).map_err(|_| {
+            let bad = (0..a.len()).find(|&r| {
+                let s = child.slice(offsets[r], offsets[r + 1] - offsets[r]);
+                labels_opt(path, column, &s, 0).is_err()
+            });
+            ds_err(
+                path,
+                format!(
+                    "row {}, column '{column}': a label does not fit in int64",
+                    first_row + bad.unwrap_or(0) as u64
+                ),
+            )
+        })?;
+        let mut out = RowLabels {
+            offsets: vec![0],
+            values: Vec::with_capacity(all.len()),
+        };
+        for r in 0..a.len() {
+            if a.is_null(r) {
+                out.values.push(None);
+            } else {
+                out.values
+                    .extend_from_slice(&all[offsets[r]..offsets[r + 1]]);
+            }
+            out.offsets.push(out.values.len());
+        }
+        Ok(out)
+    }
+
+    pub(super) fn n_rows(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// Row `r`'s values (None for nulls).
+    pub(super) fn row(&self, r: usize) -> &[Option<i64>] {
+        &self.values[self.offsets[r]..self.offsets[r + 1]]
+    }
+
+    /// Row `r`'s classes: its non-null values other than -1 ("no label").
+    pub(super) fn classes(&self, r: usize) -> Vec<i64> {
+        self.row(r)
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&v| v != -1)
+            .collect()
+    }
+
+    /// Row `r`'s single label: its first class, or -1.
+    pub(super) fn first(&self, r: usize) -> i64 {
+        self.row(r).iter().flatten().copied().next().unwrap_or(-1)
+    }
 }
 
 /// The labels of `a` (None for nulls); a uint64 label past int64 is an error naming its row
@@ -157,7 +254,10 @@ fn label_type_error(column: &str, t: &DataType) -> String {
     } else {
         String::new()
     };
-    format!("column '{column}': expected an integer label type (int64), got {t}{hint}")
+    format!(
+        "column '{column}': expected an integer label type (int64) or a list of them \
+         (list<int64>, multilabel), got {t}{hint}"
+    )
 }
 
 enum BytesCol {
@@ -173,7 +273,8 @@ pub(super) struct DecodedBatch {
     values_at: Option<u64>,
     /// Nulls of the audio struct itself (the bytes child has its own).
     outer_nulls: Option<NullBuffer>,
-    pub(super) labels: Vec<i64>,
+    /// Each row's classes (an int column: one class, or none for null / -1).
+    pub(super) labels: RowLabels,
 }
 
 impl DecodedBatch {
@@ -184,6 +285,7 @@ impl DecodedBatch {
         layout: AudioLayout,
         label_column: Option<&str>,
         values_at: Option<u64>,
+        first_row: u64,
     ) -> Result<Self> {
         let audio = batch
             .column_by_name(audio_column)
@@ -213,9 +315,12 @@ impl DecodedBatch {
                 let a = batch
                     .column_by_name(l)
                     .ok_or_else(|| ds_err(path, format!("column '{l}': no such column")))?;
-                labels_as_i64(path, l, a)?
+                RowLabels::read(path, l, a, first_row)?
             }
-            None => vec![-1; batch.num_rows()],
+            None => RowLabels {
+                offsets: (0..=batch.num_rows()).collect(),
+                values: vec![None; batch.num_rows()],
+            },
         };
         Ok(DecodedBatch {
             bytes,

@@ -23,8 +23,9 @@ use std::sync::Arc;
 use arrow_buffer::Buffer;
 
 use crate::error::{Error, Result};
-pub use batch::AudioBytes;
 use batch::DecodedBatch;
+pub use batch::{AudioBytes, LabelKind};
+use ipc::ds_err;
 pub use shard::Shard;
 
 /// Which IPC container a shard uses.
@@ -50,6 +51,7 @@ pub struct Dataset {
     starts: Vec<u64>,
     audio_column: String,
     label_column: Option<String>,
+    label_kind: LabelKind,
 }
 
 impl Dataset {
@@ -70,15 +72,44 @@ impl Dataset {
         let mut starts = vec![0u64];
         for p in paths {
             let s = Shard::open(p, audio_column, label_column)?;
+            if let (Some(first), Some(l)) = (shards.first(), label_column) {
+                let first: &Shard = first;
+                if s.label_kind != first.label_kind {
+                    return Err(ds_err(
+                        p,
+                        format!(
+                            "column '{l}': expected {:?} labels like {}, got {:?}",
+                            first.label_kind,
+                            first.path.display(),
+                            s.label_kind
+                        ),
+                    ));
+                }
+            }
             starts.push(starts.last().unwrap() + s.n_rows);
             shards.push(s);
         }
+        let label_kind = match label_column {
+            Some(_) => shards[0].label_kind,
+            None => LabelKind::Single,
+        };
         Ok(Dataset {
             shards,
             starts,
             audio_column: audio_column.to_string(),
             label_column: label_column.map(str::to_string),
+            label_kind,
         })
+    }
+
+    /// One class per row, or a list of classes (multilabel).
+    pub fn label_kind(&self) -> LabelKind {
+        self.label_kind
+    }
+
+    /// The label column's name, if any.
+    pub fn label_column(&self) -> Option<&str> {
+        self.label_column.as_deref()
     }
 
     pub fn n_rows(&self) -> u64 {
@@ -168,7 +199,10 @@ pub struct SampleRef {
     pub index: u64,
     pub shard: u32,
     pub row: u64,
+    /// The class (a list column: the first class), -1 for none.
     pub label: i64,
+    /// A list column's classes (empty for an int column).
+    pub classes: Vec<i64>,
     pub bytes: AudioBytes,
 }
 
@@ -227,7 +261,11 @@ impl Reader {
             index,
             shard: shard as u32,
             row,
-            label: b.labels[r],
+            label: b.labels.first(r),
+            classes: match self.ds.label_kind {
+                LabelKind::Multi => b.labels.classes(r),
+                LabelKind::Single => Vec::new(),
+            },
             bytes,
         })
     }
@@ -283,6 +321,50 @@ mod tests {
         assert_eq!(
             (r.min, r.max, r.nulls),
             (Some((0, 0, 0)), Some((9, 0, 9)), 0)
+        );
+    }
+
+    /// Row i of the multilabel test shards: classes {i % 3, 3} for even i, none for odd i but
+    /// every 5th (a null list), and [-1] ("no label") for i % 7 == 1.
+    fn ml_classes(i: u64) -> Option<Vec<i64>> {
+        match i {
+            i if i % 7 == 1 => Some(vec![-1]),
+            i if i % 2 == 0 => Some(vec![(i % 3) as i64, 3]),
+            i if i % 5 == 0 => None,
+            _ => Some(vec![]),
+        }
+    }
+
+    #[test]
+    fn list_label_columns_give_each_row_its_classes() {
+        let d = tmpdir("shards-multi");
+        let a = d.join("a.arrow");
+        write_multilabel_shard(&a, 0..40, ml_classes);
+        let ds = Arc::new(Dataset::open(std::slice::from_ref(&a), "audio", Some("label")).unwrap());
+        assert_eq!(ds.label_kind(), LabelKind::Multi);
+        let mut r = Reader::new(ds.clone(), 2);
+        for i in 0..40u64 {
+            let s = r.sample(i).unwrap();
+            let want: Vec<i64> = ml_classes(i).unwrap_or_default();
+            let want: Vec<i64> = want.into_iter().filter(|&c| c != -1).collect();
+            assert_eq!(s.classes, want, "row {i}");
+            assert_eq!(s.label, want.first().copied().unwrap_or(-1), "row {i}");
+        }
+        let rng = ds.label_range().unwrap().unwrap();
+        assert_eq!(rng.min, Some((-1, 0, 1)));
+        assert_eq!(rng.max, Some((3, 0, 0)));
+        assert_eq!(rng.nulls, 3); // the null lists of rows 5, 25, 35
+        assert_eq!(ds.labels().unwrap()[..4], [0, -1, 2, -1]);
+        // An int shard after a list shard: an error naming the int one.
+        let b = d.join("b.arrow");
+        write_shard(&b, 0..10, 10, Format::Stream);
+        let e = Dataset::open(&[a, b.clone()], "audio", Some("label"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("b.arrow") && e.contains("Multi") && e.contains("Single"),
+            "{e}"
         );
     }
 

@@ -12,7 +12,7 @@ use arrow_ipc::reader::RecordBatchDecoder;
 use arrow_schema::{Schema, SchemaRef};
 use memmap2::Mmap;
 
-use super::batch::{check_schema, labels_as_i64, labels_opt, AudioLayout, DecodedBatch};
+use super::batch::{check_schema, AudioLayout, DecodedBatch, LabelKind, RowLabels};
 use super::ipc::{batch_rows, ds_err, message_prefix, parse_message, push_loc, read_u32, BatchLoc};
 use super::source::Source;
 use super::Format;
@@ -29,6 +29,7 @@ pub struct Shard {
     pub(super) batches: Vec<BatchLoc>,
     projection: Vec<usize>,
     audio_layout: AudioLayout,
+    pub(super) label_kind: LabelKind,
 }
 
 impl Shard {
@@ -56,7 +57,8 @@ impl Shard {
             Self::index_stream(path, b)?
         };
         drop(mmap);
-        let (projection, audio_layout) = check_schema(path, &schema, audio_column, label_column)?;
+        let (projection, audio_layout, label_kind) =
+            check_schema(path, &schema, audio_column, label_column)?;
         let n_rows = batches.last().map_or(0, |l| l.first_row + l.rows);
         let src = Source::new(path, file, &meta);
         src.check_unchanged()?;
@@ -69,6 +71,7 @@ impl Shard {
             batches,
             projection,
             audio_layout,
+            label_kind,
         })
     }
 
@@ -284,39 +287,52 @@ impl Shard {
             layout,
             label_column,
             values.map(|(off, _)| (self.batches[bi].body_start + off) as u64),
+            self.batches[bi].first_row,
         )
     }
 
-    /// The labels of every row, reading only the label column.
+    /// The label of every row (a list column: each row's first class), -1 for none, reading
+    /// only the label column.
     pub(super) fn labels(&self, label_column: &str) -> Result<Vec<i64>> {
+        let mut out = Vec::with_capacity(self.n_rows as usize);
+        self.for_label_batches(label_column, |_, l| {
+            out.extend((0..l.n_rows()).map(|r| l.first(r)));
+        })?;
+        Ok(out)
+    }
+
+    /// `f(first_row, labels)` for each record batch, reading only the label column.
+    fn for_label_batches(
+        &self,
+        label_column: &str,
+        mut f: impl FnMut(u64, RowLabels),
+    ) -> Result<()> {
         let li = self
             .schema
             .index_of(label_column)
             .map_err(|e| ds_err(&self.path, e.to_string()))?;
-        let mut out = Vec::with_capacity(self.n_rows as usize);
         for bi in 0..self.batches.len() {
             let (batch, _) = self.read_batch(bi, &[li], |_| None)?;
-            out.extend(labels_as_i64(&self.path, label_column, batch.column(0))?);
+            let first = self.batches[bi].first_row;
+            f(
+                first,
+                RowLabels::read(&self.path, label_column, batch.column(0), first)?,
+            );
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The smallest and largest non-null label, where they are, and the count of nulls; None
     /// if every label is null. A uint64 label past int64 is an error naming its row.
     pub(super) fn label_range(&self, shard: u32, label_column: &str) -> Result<LabelRange> {
-        let li = self
-            .schema
-            .index_of(label_column)
-            .map_err(|e| ds_err(&self.path, e.to_string()))?;
         let mut r = LabelRange::default();
-        for bi in 0..self.batches.len() {
-            let (batch, _) = self.read_batch(bi, &[li], |_| None)?;
-            let first = self.batches[bi].first_row;
-            let labels = labels_opt(&self.path, label_column, batch.column(0), first)?;
-            for (i, v) in labels.into_iter().enumerate() {
-                r.add(v, (shard, first + i as u64));
+        self.for_label_batches(label_column, |first, l| {
+            for i in 0..l.n_rows() {
+                for &v in l.row(i) {
+                    r.add(v, (shard, first + i as u64));
+                }
             }
-        }
+        })?;
         Ok(r)
     }
 

@@ -2,7 +2,7 @@
 
 use super::*;
 use arrow_array::builder::{BinaryBuilder, StringBuilder};
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_array::{Int64Array, StructArray};
 use arrow_schema::{DataType, Schema};
 use arrow_schema::{Field, Fields};
@@ -73,4 +73,39 @@ pub fn tmpdir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Write one stream shard of rows `rows` whose label column `label` is list<int64> (HF
+/// `Sequence(ClassLabel)`): row `i` gets `classes(i)` (None: a null list).
+pub fn write_multilabel_shard(
+    path: &Path,
+    rows: std::ops::Range<u64>,
+    classes: impl Fn(u64) -> Option<Vec<i64>>,
+) {
+    use arrow_array::builder::{Int64Builder, ListBuilder};
+    let base = hf_batch(rows.clone(), |_| 0);
+    let mut lists = ListBuilder::new(Int64Builder::new());
+    for i in rows {
+        match classes(i) {
+            Some(c) => {
+                lists.values().append_slice(&c);
+                lists.append(true);
+            }
+            None => lists.append(false),
+        }
+    }
+    let lists = lists.finish();
+    let schema = Schema::new(vec![
+        base.schema().field(0).clone(),
+        Field::new("label", lists.data_type().clone(), true),
+    ]);
+    let batch = RecordBatch::try_new(
+        Arc::new(schema),
+        vec![base.column(0).clone(), Arc::new(lists)],
+    )
+    .unwrap();
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = arrow_ipc::writer::StreamWriter::try_new(f, &batch.schema()).unwrap();
+    w.write(&batch).unwrap();
+    w.finish().unwrap();
 }

@@ -129,11 +129,43 @@ def _clips(item, w: Windows) -> list[tuple[float, np.ndarray]]:
             for s in w.starts(n, sr)]
 
 
+def _is_table_source(source) -> bool:
+    return not (isinstance(source, bytes | bytearray | memoryview | tuple) or (
+        isinstance(source, str | os.PathLike) and os.path.isfile(source)
+        and not str(source).endswith(".arrow")))
+
+
+def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_workers: int):
+    """Centre windows of every row through the Rust loader's eval mode (one pass in row order;
+    rows that fail to decode are skipped with the loader's warning naming file and row)."""
+    cfg = birdjepa.data.LoaderConfig(
+        mode="eval", batch_size=batch_size, n_workers=max(1, n_workers), n_frames=w.n_frames,
+        n_mels=w.n_mels, clip_s=w.window_s, sample_rate=w.sample_rate, mean=w.mean, std=w.std,
+        audio_column=audio_column, label_column=None)
+    with birdjepa.data.Loader(source, config=cfg) as loader:
+        for b in loader:
+            ok = b["valid"]
+            if ok.any():
+                yield b["data"][ok], b["index"][ok], b["start_s"][ok]
+
+
 def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "audio",
-             n_workers: int = 2) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Batches (x (b, n_frames, n_mels) float32, row ids (b,), start_s (b,)); the last batch may
-    be short. Recordings are transformed by `n_workers` threads (the Rust code drops the GIL),
-    one batch of recordings ahead of the consumer."""
+             n_workers: int = 2, engine: str = "auto"
+             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Batches (x (b, n_frames, n_mels) float32, row ids (b,), start_s (b,)); a batch may be
+    short. `engine`: "loader" batches centre windows of shards or a `datasets.Dataset` through
+    the Rust loader's eval mode; "clip" transforms each window with `birdjepa.audio.clip` in
+    `n_workers` threads (the Rust code drops the GIL), one batch of recordings ahead of the
+    consumer; "auto" takes the loader where it applies (centre windows of a table source)."""
+    if engine not in ("auto", "loader", "clip"):
+        raise ValueError(f"engine: expected 'auto', 'loader' or 'clip', got {engine!r}")
+    use_loader = w.centre and _is_table_source(source)
+    if engine == "loader" and not use_loader:
+        raise ValueError("engine='loader': expected centre windows of shards or a "
+                         f"datasets.Dataset, got centre={w.centre} and {type(source).__name__}")
+    if engine != "clip" and use_loader:
+        yield from _loader_features(source, w, batch_size, audio_column, n_workers)
+        return
     items = _items(source, audio_column)
     with concurrent.futures.ThreadPoolExecutor(max(1, n_workers)) as ex:
         def submit():

@@ -8,13 +8,11 @@ them, or a `datasets.Dataset`. Row ids are global indices over the shards in ord
 multi-hot (rows, classes) matrix.
 """
 
-import json
-import os
-
 import numpy as np
 import pyarrow as pa
 
 import birdjepa.data
+import birdjepa.sources
 
 
 def _read_shard(path: str, columns: list[str]) -> pa.Table:
@@ -55,23 +53,8 @@ def audio_bytes(table: pa.Table, column: str = "audio") -> list[bytes | None]:
 
 def class_names(source, column: str) -> list[str] | None:
     """The ClassLabel names of `column` (plain or in a Sequence/List) from the HF metadata."""
-    if is_dataset(source):
-        feat = source.features[column]
-        feat = getattr(feat, "feature", feat)
-        return list(feat.names) if hasattr(feat, "names") else None
-    path = birdjepa.data.resolve_shards(source)[0]
-    info = os.path.join(os.path.dirname(path), "dataset_info.json")
-    feats = None
-    if os.path.exists(info):
-        with open(info) as f:
-            feats = json.load(f).get("features")
-    if feats is None:
-        with pa.memory_map(path) as f:
-            meta = pa.ipc.open_stream(f).schema.metadata or {}
-        feats = json.loads(meta.get(b"huggingface", b"{}")).get("info", {}).get("features")
-    feat = (feats or {}).get(column) or {}
-    feat = feat.get("feature", feat)
-    return list(feat["names"]) if "names" in feat else None
+    ds = source if is_dataset(source) else None
+    return birdjepa.sources.class_names(birdjepa.data.resolve_shards(source), column, ds)
 
 
 def multi_hot(table: pa.Table, column: str, n_classes: int) -> np.ndarray:

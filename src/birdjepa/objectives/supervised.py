@@ -33,7 +33,7 @@ def loss(cfg: SupervisedConfig, encoder, heads: Heads, batch: dict, *, key):
     w = common.tile_views(common.weights(batch, b), v)
     logits = heads.head(emb)
     ce, acc = common.xent(logits, target, w)
-    if cfg.label_smoothing:
+    if cfg.label_smoothing and target.ndim == 1:
         eps, n_classes = cfg.label_smoothing, logits.shape[-1]
         soft = jax.nn.one_hot(target, n_classes) * (1 - eps) + eps / n_classes
         ce = common.wmean(-(soft * jax.nn.log_softmax(logits, -1)).sum(-1), w * (target >= 0))

@@ -159,7 +159,8 @@ def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None
     # batch_size is global: with several processes each gets its batch_size // process_count.
     common = dict(seed=cfg.seed, n_workers=birdjepa.config.loader_workers(d.n_workers), process_index=jax.process_index(),
                   process_count=jax.process_count(), n_frames=d.n_frames, n_mels=d.n_mels,
-                  audio_column=d.audio_column, label_column=d.label_column)
+                  audio_column=d.audio_column, label_column=d.label_column,
+                  n_classes=cfg.n_classes)
     train = birdjepa.data.Loader(d.train_shards, mode="train", batch_size=cfg.batch_size,
                                  n_views=d.n_views, view_window_s=d.view_window_s,
                                  state=train_state, **common)

@@ -11,6 +11,7 @@ import optax
 
 import birdjepa.config
 import birdjepa.objectives
+import birdjepa.objectives.common
 import birdjepa.objectives.probe
 import birdjepa.optim
 import birdjepa.train.state
@@ -92,20 +93,17 @@ def jit_update(cfg: birdjepa.config.Config, *, static, tx):
 
 
 def eval_step(params, batch, *, static, cfg: birdjepa.config.Config):
-    """Sums over one eval batch: valid rows, probe correct and CE, supervised head correct."""
+    """Sums over one eval batch: labelled valid rows, probe top-1 hits and loss, supervised head
+    hits (class ids or multi-hot targets: `objectives.common.per_row`)."""
     m = eqx.combine(params, static)
-    w = (batch["valid"] & (batch["target"] >= 0)).astype(jnp.float32)
-    target = jnp.maximum(batch["target"], 0)
+    target = batch["target"]
     emb = m["encoder"](batch["data"]).pooled_bd
-    logits = m["probe"](emb)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, target)
-    out = {
-        "n": w.sum(),
-        "probe_correct": ((logits.argmax(-1) == target) * w).sum(),
-        "probe_loss": (ce * w).sum(),
-    }
+    ce, hit, labelled = birdjepa.objectives.common.per_row(m["probe"](emb), target)
+    w = batch["valid"].astype(jnp.float32) * labelled
+    out = {"n": w.sum(), "probe_correct": (hit * w).sum(), "probe_loss": (ce * w).sum()}
     if cfg.objective.name == "supervised":
-        out["head_correct"] = ((m["heads"].head(emb).argmax(-1) == target) * w).sum()
+        _, head_hit, _ = birdjepa.objectives.common.per_row(m["heads"].head(emb), target)
+        out["head_correct"] = (head_hit * w).sum()
     return out
 
 
