@@ -113,3 +113,76 @@ def test_window_setting_shapes_the_stream_and_is_validated(tmp_path):
             birdjepa.data._DebugLoader([path], view_window_s=bad, **kw)
     with pytest.raises(birdjepa.BadArgumentError, match="view_window_s: expected a finite"):
         birdjepa.data._DebugLoader([path], view_window_s=float("nan"), **kw)
+
+
+L, LOCAL_S, LOCAL_T = 3, 2.0, 192  # local crops: 2 s = 198 Kaldi frames, cut to 192
+LOCAL = dict(n_local=L, local_s=LOCAL_S, local_frames=LOCAL_T)
+
+
+def test_local_crops_equal_their_own_decode_and_lie_in_the_window(demo):
+    """Multi-crop: each local crop equals decoding its 2 s alone, starts inside the sample's
+    window beside the global views, and the global views are those without local crops."""
+    plain = _take(demo["dir"], 2)
+    errs, wrong = [], []
+    for k, batch in enumerate(_take(demo["dir"], 2, **LOCAL)):
+        assert batch["local"].shape == (L, B, LOCAL_T, 128)
+        assert batch["local_start_s"].shape == (L, B)
+        assert batch["data"].tobytes() == plain[k]["data"].tobytes()
+        assert batch["start_s"].tobytes() == plain[k]["start_s"].tobytes()
+        for j in range(B):
+            audio, dur = demo["audio"][batch["index"][j]], demo["duration_s"][batch["index"][j]]
+            starts = np.concatenate([batch["start_s"][:, j], batch["local_start_s"][:, j]])
+            lo, hi = batch["local_start_s"][:, j].min(), batch["local_start_s"][:, j].max()
+            # All crops of a sample lie in one W-second window that the recording covers.
+            end = max(hi + LOCAL_S, batch["start_s"][:, j].max() + 5.0)
+            assert starts.min() >= 0 and end - starts.min() <= W + 0.01, starts
+            assert hi + LOCAL_S <= dur + 0.01, (starts, dur)
+            if dur > 6:
+                assert len(set(batch["local_start_s"][:, j].round(3))) > 1, starts
+            for v in range(L):
+                f = birdjepa.audio.clip(audio, start_s=float(batch["local_start_s"][v, j]),
+                                        duration_s=LOCAL_S)
+                f = (f - birdjepa.data.DEFAULT_MEAN) / (2 * birdjepa.data.DEFAULT_STD)
+                got = batch["local"][v, j]
+                errs.append(np.abs(got - f[:LOCAL_T]).mean())
+                if lo + LOCAL_S + 0.2 <= dur:
+                    g = birdjepa.audio.clip(audio, start_s=float(batch["local_start_s"][v, j])
+                                            + 0.2, duration_s=LOCAL_S)
+                    g = (g - birdjepa.data.DEFAULT_MEAN) / (2 * birdjepa.data.DEFAULT_STD)
+                    wrong.append(np.abs(got - g[:LOCAL_T]).mean())
+    errs, wrong = np.array(errs), np.array(wrong)
+    assert errs.max() < 0.005, errs
+    assert len(wrong) > 5 and wrong.min() > 10 * errs.max(), (errs.max(), wrong.min())
+
+
+def test_multi_crop_stream_is_independent_of_workers_and_processes_and_resumes(demo):
+    one = _take(demo["dir"], 3, n_workers=1, **LOCAL)
+    three = _take(demo["dir"], 3, n_workers=3, **LOCAL)
+    halves = [_take(demo["dir"], 3, n_workers=2, process_index=p, process_count=2, **LOCAL)
+              for p in range(2)]
+    for k, b in enumerate(one):
+        for key in ("data", "start_s", "local", "local_start_s"):
+            assert three[k][key].tobytes() == b[key].tobytes(), (k, key)
+            joined = np.concatenate([h[k][key] for h in halves], axis=1)
+            assert joined.tobytes() == b[key].tobytes(), (k, key)
+    with birdjepa.data.Loader(demo["dir"], batch_size=B, n_views=V, view_window_s=W, seed=2,
+                              block_size=2, shuffle_window=8, **LOCAL) as loader:
+        next(loader)
+        state = loader.state_dict()
+    assert state["config"]["n_local"] == L and state["config"]["local_frames"] == LOCAL_T
+    rest = _take(demo["dir"], 2, state=state, **LOCAL)
+    for a, b in zip(one[1:], rest, strict=True):
+        for key in ("data", "local", "local_start_s"):
+            assert a[key].tobytes() == b[key].tobytes(), key
+    with pytest.raises(birdjepa.StateMismatchError, match="n_local"):
+        birdjepa.data.Loader(demo["dir"], batch_size=B, n_views=V, view_window_s=W, seed=2,
+                             block_size=2, shuffle_window=8, state=state)
+
+
+def test_eval_mode_takes_centre_local_crops(demo):
+    with birdjepa.data.Loader(demo["dir"], mode="eval", batch_size=B, n_views=2,
+                              view_window_s=W, **LOCAL) as loader:
+        b = next(iter(loader))
+    # Centre crops: all local crops of a sample start at the same, central, place.
+    assert np.all(b["local_start_s"] == b["local_start_s"][:1])
+    assert np.array_equal(b["local"][0], b["local"][1])

@@ -163,3 +163,28 @@ def test_presets_and_errors():
     assert (r.compute_dtype, r.remat, r.n_registers) == ("bfloat16", "block", 7)
     assert model.resolve(model.ModelConfig(preset="vit-s")).remat == "dots"
     assert model.resolve(model.ModelConfig()).compute_dtype == "float32"
+
+
+@pytest.mark.parametrize("pos", ["absolute", "rope"])
+def test_shorter_inputs_use_the_first_rows_of_the_grid(pos):
+    """Local crops: an input of fewer patch rows encodes on a shorter grid; with absolute
+    positions it is the encoder built for that length with the first rows of the table."""
+    enc = model.ViT(tiny(patch=(8, 64), pos=pos), n_frames=32, n_mels=128, key=jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (3, 16, 128))
+    out = enc(x)
+    assert out.patches_bnd.shape == (3, 4, 32)
+    short = model.ViT(tiny(patch=(8, 64), pos=pos), n_frames=16, n_mels=128,
+                      key=jax.random.key(0))
+    if pos == "absolute":
+        short = eqx.tree_at(lambda e: e.pos_embed, short, enc.pos_embed[:4])
+    short = eqx.tree_at(lambda e: (e.patch_embed, e.blocks, e.cls, e.registers, e.norm), short,
+                        (enc.patch_embed, enc.blocks, enc.cls, enc.registers, enc.norm))
+    np.testing.assert_allclose(np.asarray(out.pooled_bd), np.asarray(short(x).pooled_bd),
+                               rtol=1e-5, atol=1e-6)
+    # A short input is not the same as its zero-padded full-length version.
+    padded = enc(jnp.pad(x, ((0, 0), (0, 16), (0, 0))))
+    assert not np.allclose(np.asarray(padded.pooled_bd), np.asarray(out.pooled_bd), atol=1e-4)
+    for bad in (12, 40):
+        with pytest.raises(ValueError, match=f"multiple of patch height 8 frames, at most 32, "
+                                             f"got {bad}"):
+            enc(jax.random.normal(jax.random.key(1), (1, bad, 128)))

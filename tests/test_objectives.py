@@ -197,3 +197,31 @@ def test_mae_targets_are_normalised_per_patch():
     t = mae.targets(mae.MAEConfig(), p)
     np.testing.assert_allclose(t.mean(-1), 0, atol=1e-5)
     np.testing.assert_allclose(t.std(-1), 1, atol=1e-3)
+
+
+def test_lejepa_multi_crop_pulls_every_crop_to_the_global_centre():
+    """With local crops (batch["local"], a shorter token grid), the invariance term is the mean
+    squared distance of global AND local embeddings to the mean of the global ones, and SIGReg
+    averages over all of them (the paper's reference algorithm), here against numpy."""
+    import dataclasses
+
+    obj, sub, enc, heads, batch = build("lejepa")
+    sub = dataclasses.replace(sub, proj_dim=0)  # z = the pooled embedding: checkable by hand
+    heads = obj.init_heads(sub, enc, 4, key=jax.random.key(1))
+    local = jax.random.normal(jax.random.key(5), (3, 8, 16, 64))  # 3 crops of 16 frames
+    key = jax.random.key(2)
+    _, parts, emb, *_ = obj.loss(sub, enc, heads, {**batch, "local": local}, key=key)
+    g = np.asarray(batch["data"])
+    zg = np.asarray(enc(jnp.asarray(g.reshape(16, 32, 64))).pooled_bd).reshape(2, 8, -1)
+    zl = np.asarray(enc(local.reshape(24, 16, 64)).pooled_bd).reshape(3, 8, -1)
+    z = np.concatenate([zg, zl])
+    want_inv = np.square(z - zg.mean(0)).mean((0, 2)).mean()
+    np.testing.assert_allclose(float(parts["inv"]), want_inv, rtol=1e-4)
+    want_sig = np.mean([float(lejepa.sigreg(jnp.asarray(zv), key=key, n_slices=sub.n_slices,
+                                            n_points=sub.n_points, t_max=sub.t_max))
+                        for zv in z])
+    np.testing.assert_allclose(float(parts["sigreg"]), want_sig, rtol=1e-4)
+    # Without the local crops the centre is the same but only the globals are pulled to it.
+    _, plain, *_ = obj.loss(sub, enc, heads, batch, key=key)
+    np.testing.assert_allclose(float(plain["inv"]), np.square(zg - zg.mean(0)).mean(), rtol=1e-4)
+    assert emb.shape == (16, zg.shape[-1]), "the probe sees the global views only"

@@ -49,6 +49,15 @@ class DataConfig:
     sample's views are 5 s crops cut from one decoded window of this many seconds (>= 5), at
     random frame offsets: about n_views times less decode/resample/fbank work per sample, and
     views that overlap (birdjepa.data.LoaderConfig.view_window_s)."""
+    n_local: int = 0
+    """Local crops per clip (multi-crop, objective lejepa): local_s-second crops cut from the
+    same decoded window as the views (needs view_window_s), encoded on a shorter token grid;
+    LeJEPA pulls every view and crop towards the centre of the n_views global views."""
+    local_s: float = 2.0
+    """Duration of a local crop, seconds, in (0, 5]."""
+    local_frames: int = 192
+    """Frames of a local crop given to the encoder (2 s are 198 Kaldi frames: 192 keeps 6 rows
+    of 32-frame patches); a multiple of model.patch[0], at most n_frames."""
     n_frames: int = 512
     """Time frames per clip (the T of (B, T, M)); must be divisible by model.patch[0]."""
     n_mels: int = 128
@@ -275,6 +284,9 @@ def validate(cfg: Config, *, n_devices: int | None = None, process_count: int = 
         for i, (n, name) in enumerate(((cfg.data.n_frames, "data.n_frames"),
                                        (cfg.data.n_mels, "data.n_mels"))):
             _require(n % m.patch[i] == 0, name, f"a multiple of model.patch[{i}]={m.patch[i]}", n)
+        if cfg.data.n_local:
+            _require(cfg.data.local_frames % m.patch[0] == 0, "data.local_frames",
+                     f"a multiple of model.patch[0]={m.patch[0]}", cfg.data.local_frames)
     if cfg.objective.name == "lejepa":
         _require(cfg.data.n_views >= 2, "data.n_views", ">= 2 for objective 'lejepa'",
                  cfg.data.n_views)
@@ -297,6 +309,17 @@ def _validate_data(cfg: Config) -> None:
     _require(d.view_window_s == 0 or 5.0 <= d.view_window_s <= 3600, "data.view_window_s",
              "0 (a decode per view) or seconds in [5, 3600] (the 5 s clip at least)",
              d.view_window_s)
+    _require(d.n_local >= 0, "data.n_local", "an int >= 0", d.n_local)
+    if d.n_local:
+        _require(d.view_window_s > 0, "data.view_window_s",
+                 f"seconds in [5, 3600] with data.n_local={d.n_local} (local crops are cut "
+                 "from the one decoded window)", d.view_window_s)
+        _require(0 < d.local_s <= 5.0, "data.local_s", "seconds in (0, 5]", d.local_s)
+        _require(1 <= d.local_frames <= d.n_frames, "data.local_frames",
+                 f"an int in [1, data.n_frames={d.n_frames}]", d.local_frames)
+        _require(cfg.objective.name == "lejepa", "data.n_local",
+                 f"0 for objective {cfg.objective.name!r} (only lejepa uses local crops)",
+                 d.n_local)
     _require(d.n_workers == "auto" or d.n_workers >= 0, "data.n_workers",
              "an int >= 0 or 'auto'", d.n_workers)
     _require(d.n_frames >= 1 and d.n_mels >= 1, "data.n_frames/n_mels", "ints >= 1",

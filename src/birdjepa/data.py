@@ -18,6 +18,8 @@ Batches are dicts of numpy arrays:
 * `valid` bool `(B,)`: False for eval padding rows and for samples that failed to decode.
 * `start_s` float64 `(B,)`, or `(V, B)`: where each view starts in its recording, in seconds
   (-1 for padding and failed slots).
+* with `n_local > 0` (multi-crop), `local` float32 `(L, B, local_frames, M)` and `local_start_s`
+  float64 `(L, B)`: the local crops, cut from the same decoded window as the views.
 
 With `process_count > 1`, `batch_size` is the global batch and each process gets its contiguous
 `batch_size // process_count` slice; the union over processes of step `s` is the single-process
@@ -139,6 +141,16 @@ class LoaderConfig:
     and its views are clip_s crops cut from it at random 10 ms frame offsets (all inside the part
     of the window that the recording covers): views that overlap, at about 1/n_views of the cost
     per view. Eval mode takes the centre window and centre views."""
+    n_local: int = _added(0)
+    """Local crops per sample (multi-crop, as in DINO and LeJEPA): `local_s`-second views cut,
+    like the global views, from the one decoded `view_window_s` window (required), at their own
+    random frame offsets; batches then carry `local` (n_local, B, local_frames, n_mels) and
+    `local_start_s` (n_local, B). Eval mode takes centre crops."""
+    local_s: float = _added(0.0)
+    """Duration of a local crop, seconds, in (0, clip_s]."""
+    local_frames: int = _added(0)
+    """Frames of a local view in the batch (cut or zero-padded after normalising, like
+    n_frames); with n_local > 0, at least 1."""
     audio_column: str = "audio"
     """Column with the encoded audio (HF Audio struct or binary)."""
     label_column: str | None = "label"
@@ -194,7 +206,7 @@ class LoaderConfig:
             v = getattr(self, f.name)
             if isinstance(v, (float, np.floating)) and not math.isfinite(v):
                 raise bad(f"bad argument {f.name}: expected a finite number, got {v!r}")
-        for name in ("batch_size", "seed", "n_workers", "n_classes"):
+        for name in ("batch_size", "seed", "n_workers", "n_classes", "n_local", "local_frames"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 0:
                 raise bad(f"bad argument {name}: expected a non-negative int, got {value!r}")

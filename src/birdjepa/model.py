@@ -321,10 +321,21 @@ class ViT(eqx.Module):
     def width(self) -> int:
         return self.cfg.width
 
+    def time_grid(self, n_frames: int) -> int:
+        """Patch rows of an input of `n_frames` frames: any multiple of the patch height up to
+        the configured input (shorter inputs, e.g. local crops, use the first rows of the
+        position table; RoPE needs nothing)."""
+        pt, gt = self.cfg.patch[0], self.grid[0]
+        if n_frames % pt or not 0 < n_frames <= pt * gt:
+            raise ValueError(f"encoder input: expected a multiple of patch height {pt} frames, "
+                             f"at most {pt * gt}, got {n_frames}")
+        return n_frames // pt
+
     def patchify(self, x_btm: Float[Array, "b t m"]) -> Float[Array, "b n p"]:
         """Flatten (patch_t, patch_m) patches, row-major over the (time, mel) patch grid."""
         b = x_btm.shape[0]
-        (pt, pm), (gt, gm) = self.cfg.patch, self.grid
+        (pt, pm), gm = self.cfg.patch, self.grid[1]
+        gt = self.time_grid(x_btm.shape[1])
         x = x_btm.reshape(b, gt, pt, gm, pm).transpose(0, 1, 3, 2, 4)
         return x.reshape(b, gt * gm, pt * pm)
 
@@ -335,9 +346,10 @@ class ViT(eqx.Module):
         b = x_btm.shape[0]
         dt = DTYPES[self.cfg.compute_dtype]
         tok_bnd = self.patch_embed(self.patchify(x_btm).astype(dt)).astype(jnp.float32)
+        n = tok_bnd.shape[1]  # n_patches, or fewer for a shorter input (first rows of the grid)
         if self.pos_embed is not None:
-            tok_bnd = tok_bnd + self.pos_embed
-        idx_bn = jnp.broadcast_to(jnp.arange(self.n_patches), (b, self.n_patches))
+            tok_bnd = tok_bnd + self.pos_embed[:n]
+        idx_bn = jnp.broadcast_to(jnp.arange(n), (b, n))
         if keep_bk is not None:
             tok_bnd = jnp.take_along_axis(tok_bnd, keep_bk[:, :, None], axis=1)
             idx_bn = keep_bk

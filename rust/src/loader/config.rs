@@ -44,6 +44,13 @@ pub struct LoaderConfig {
     /// window of this many seconds (>= clip_s) is decoded, resampled and featurized once per
     /// sample, and its views are clip_s crops cut from it in frames.
     pub view_window_s: f64,
+    /// Local crops per sample (multi-crop, as in DINO and LeJEPA): `local_s`-second views cut
+    /// from the same decoded window as the `n_views` global views (needs `view_window_s`).
+    pub n_local: usize,
+    /// Duration of a local crop, seconds (0 < local_s <= clip_s).
+    pub local_s: f64,
+    /// Frames of a local view in the batch (cut or padded like `n_frames`).
+    pub local_frames: usize,
     pub audio_column: String,
     pub label_column: Option<String>,
     /// Width of the multi-hot targets of a list<int> label column (multilabel); unused for an
@@ -84,6 +91,9 @@ impl Default for LoaderConfig {
             clip_s: 5.0,
             sample_rate: 32000,
             view_window_s: 0.0,
+            n_local: 0,
+            local_s: 0.0,
+            local_frames: 0,
             audio_column: "audio".into(),
             label_column: Some("label".into()),
             n_classes: 0,
@@ -169,6 +179,27 @@ impl LoaderConfig {
                 w,
             ));
         }
+        if self.n_local > 0 {
+            if w == 0.0 {
+                return Err(Error::bad_argument(
+                    "view_window_s",
+                    format!(
+                        "seconds in [clip_s={}, 3600] with n_local={} (local crops are cut from \
+                         the one decoded window)",
+                        self.clip_s, self.n_local
+                    ),
+                    w,
+                ));
+            }
+            if !(self.local_s > 0.0 && self.local_s <= self.clip_s) {
+                return Err(Error::bad_argument(
+                    "local_s",
+                    format!("seconds in (0, clip_s={}] with n_local > 0", self.clip_s),
+                    self.local_s,
+                ));
+            }
+            at_least("local_frames", self.local_frames as u64, 1)?;
+        }
         if !self.mean.is_finite() {
             return Err(Error::bad_argument("mean", "a finite value", self.mean));
         }
@@ -205,6 +236,11 @@ impl LoaderConfig {
     /// Frames of one view: Kaldi's count for `clip_s` (498 for 5 s); at least 1.
     pub fn clip_frames(&self) -> usize {
         kaldi_frames(self.clip_s)
+    }
+
+    /// Frames of a local crop: Kaldi's count for `local_s`.
+    pub fn local_crop_frames(&self) -> usize {
+        kaldi_frames(self.local_s)
     }
 
     /// Slots of each global batch that this process produces.

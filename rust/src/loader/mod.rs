@@ -80,6 +80,10 @@ pub struct Batch {
     /// Row-major (n_views, batch): where each view starts in its recording, seconds (-1 for
     /// padding and failed slots).
     pub start_s: Vec<f64>,
+    /// Row-major (n_local, batch, local_frames, n_mels) local crops (empty without them).
+    pub local: Vec<f32>,
+    /// Row-major (n_local, batch): where each local crop starts, seconds (-1: padding, failed).
+    pub local_start_s: Vec<f64>,
     /// Samples that failed while producing this batch (replaced or marked invalid).
     pub failures: Vec<Failure>,
 }

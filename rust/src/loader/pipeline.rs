@@ -512,6 +512,55 @@ mod tests {
     }
 
     #[test]
+    fn local_crops_need_a_window_a_duration_and_frames() {
+        let ds = dataset("pipe-local-args", &[]);
+        let e = |c: LoaderConfig| {
+            Pipeline::start(ds.clone(), c, debug_factory(0))
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        let base = LoaderConfig {
+            clip_s: 0.1,
+            view_window_s: 0.2,
+            n_local: 2,
+            local_s: 0.05,
+            local_frames: 4,
+            ..cfg(Mode::Train)
+        };
+        let no_window = e(LoaderConfig {
+            view_window_s: 0.0,
+            ..base.clone()
+        });
+        assert!(no_window.contains("view_window_s") && no_window.contains("n_local=2"));
+        let long = e(LoaderConfig {
+            local_s: 0.2,
+            ..base.clone()
+        });
+        assert!(
+            long.contains("local_s") && long.contains("(0, clip_s=0.1]") && long.contains("0.2")
+        );
+        let frames = e(LoaderConfig {
+            local_frames: 0,
+            ..base.clone()
+        });
+        assert!(
+            frames.contains("local_frames") && frames.contains(">= 1"),
+            "{frames}"
+        );
+        // The global views do not change when local crops are added.
+        let plain = LoaderConfig {
+            n_local: 0,
+            ..base.clone()
+        };
+        let (a, b) = (take(&ds, plain, 2), take(&ds, base, 2));
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((&x.data, &x.start_s), (&y.data, &y.start_s));
+            assert!(x.local.is_empty() && y.local.len() == 2 * 16 * 4 * 4);
+        }
+    }
+
+    #[test]
     fn bad_arguments_name_expected_and_actual() {
         let ds = dataset("pipe-args", &[]);
         let e = |c: LoaderConfig| {
@@ -635,13 +684,18 @@ mod tests {
     fn window_views_are_frame_slices_of_one_transform_call() {
         let ds = dataset("pipe-window", &[]);
         let (window, clip) = (20, 8); // debug frames of 0.215 s and of 0.1 s
+                                      // Plus 2 local crops of 0.045 s (3 frames) placed in 4-frame rows (one padding row).
         let c = LoaderConfig {
             n_views: 3,
             clip_s: 0.1,
             view_window_s: 0.215,
+            n_local: 2,
+            local_s: 0.045,
+            local_frames: 4,
             ..cfg(Mode::Train)
         };
         assert_eq!((c.debug_frames(), c.clip_frames()), (window, clip));
+        assert_eq!(c.local_crop_frames(), 3);
         let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counter = calls.clone();
         let f: TransformFactory = Arc::new(move || {
@@ -666,6 +720,19 @@ mod tests {
                 assert_eq!(got, &want[..], "sample {index} view {v}");
                 let start = b.start_s[v as usize * 16 + j];
                 assert!((start - (u + off * 0.01)).abs() < 1e-12, "{start}");
+            }
+            for l in 0..2u64 {
+                let frac = crate::order::crop_fraction(7, 0, index as u64, 3 + l);
+                let off = (frac * 17.0).round() as usize;
+                let got = &b.local[(l as usize * 16 + j) * 16..][..16];
+                let mut want: Vec<f32> = w.data[off * 4..][..12]
+                    .iter()
+                    .map(|x| (x - c.mean) * (1.0 / (2.0 * c.std)))
+                    .collect();
+                want.extend([0.0; 4]);
+                assert_eq!(got, &want[..], "sample {index} local {l}");
+                let start = b.local_start_s[l as usize * 16 + j];
+                assert!((start - (u + off as f64 * 0.01)).abs() < 1e-12, "{start}");
             }
         }
         assert!(offsets.len() > 5, "{offsets:?}");

@@ -31,6 +31,9 @@ pub(super) struct Row {
     pub(super) data: Vec<f32>,
     /// Where each view starts in its recording, seconds.
     pub(super) start_s: Vec<f64>,
+    /// (n_local, local_frames, n_mels) local crops and their starts (empty without them).
+    pub(super) local: Vec<f32>,
+    pub(super) local_start_s: Vec<f64>,
     pub(super) label: i64,
     /// A list<int> label column's classes (empty otherwise).
     pub(super) classes: Vec<i64>,
@@ -97,6 +100,9 @@ impl From<Error> for SampleError {
 struct Featurized {
     data: Vec<f32>,
     start_s: Vec<f64>,
+    /// (n_local, local_frames, n_mels) local crops and their starts (empty without them).
+    local: Vec<f32>,
+    local_start_s: Vec<f64>,
 }
 
 /// The transform's output checked against the configured mel bins: a mismatch is the
@@ -126,8 +132,21 @@ fn put(c: &LoaderConfig, frames: &[f32], dst: &mut [f32]) {
     }
 }
 
-/// The `view_window_s` random stream's key for the window itself (views use 0..n_views).
+/// The `view_window_s` random stream's key for the window itself (global views use keys
+/// 0..n_views, local crops n_views..n_views + n_local).
 const WINDOW_KEY: u64 = 1 << 32;
+
+/// Normalise `len` frames of window `f` starting at a frame offset drawn from `fraction` over
+/// the window's frames that come from the recording, into `dst` (n_frames rows); its start, s.
+fn cut(c: &LoaderConfig, f: &Features, len: usize, fraction: f64, dst: &mut [f32]) -> f64 {
+    let m = c.n_mels;
+    let len = len.min(f.n_frames);
+    let room = f.valid_frames.clamp(len, f.n_frames) - len;
+    let off = (fraction * room as f64).round() as usize;
+    let keep = len.min(dst.len() / m);
+    put(c, &f.data[off * m..(off + keep) * m], dst);
+    f.start_s + (off as i64 * FRAME_SHIFT_MS) as f64 / 1000.0
+}
 
 /// Transform every view of one sample.
 ///
@@ -145,9 +164,12 @@ fn featurize(
     let bytes = reader.read(s)?;
     let c = &ctx.cfg;
     let (tf, m) = (c.n_frames, c.n_mels);
+    let lf = c.local_frames;
     let mut out = Featurized {
         data: vec![0f32; c.n_views * tf * m],
         start_s: vec![0f64; c.n_views],
+        local: vec![0f32; c.n_local * lf * m],
+        local_start_s: vec![0f64; c.n_local],
     };
     let epoch = g / ctx.n_rows;
     let fraction = |v: u64| match c.mode {
@@ -157,17 +179,14 @@ fn featurize(
     if c.view_window_s > 0.0 {
         let f = t.apply(bytes.as_slice(), Crop::Fraction(fraction(WINDOW_KEY)))?;
         check_mels(&f, m)?;
-        let clip = c.clip_frames().min(f.n_frames);
-        let room = f.valid_frames.clamp(clip, f.n_frames) - clip;
         for v in 0..c.n_views {
-            let off = (fraction(v as u64) * room as f64).round() as usize;
-            let keep = clip.min(tf);
-            put(
-                c,
-                &f.data[off * m..(off + keep) * m],
-                &mut out.data[v * tf * m..(v + 1) * tf * m],
-            );
-            out.start_s[v] = f.start_s + (off as i64 * FRAME_SHIFT_MS) as f64 / 1000.0;
+            let dst = &mut out.data[v * tf * m..(v + 1) * tf * m];
+            out.start_s[v] = cut(c, &f, c.clip_frames(), fraction(v as u64), dst);
+        }
+        for l in 0..c.n_local {
+            let dst = &mut out.local[l * lf * m..(l + 1) * lf * m];
+            let key = (c.n_views + l) as u64;
+            out.local_start_s[l] = cut(c, &f, c.local_crop_frames(), fraction(key), dst);
         }
         return Ok(out);
     }
@@ -239,7 +258,12 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
         };
         let f = match candidate {
             Ok(s) => match featurize_guarded(ctx, t, reader, &s, g) {
-                Ok(Featurized { data, start_s }) => {
+                Ok(Featurized {
+                    data,
+                    start_s,
+                    local,
+                    local_start_s,
+                }) => {
                     ctx.stats.decoded.fetch_add(1, Ordering::Relaxed);
                     if k > 0 {
                         ctx.stats.replaced.fetch_add(1, Ordering::Relaxed);
@@ -247,6 +271,8 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
                     let row = Row {
                         data,
                         start_s,
+                        local,
+                        local_start_s,
                         label: s.label,
                         classes: s.classes,
                         index: s.index as i64,
@@ -298,6 +324,8 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
         row: Some(Row {
             data: vec![0.0; n],
             start_s: vec![-1.0; ctx.cfg.n_views],
+            local: vec![0.0; ctx.cfg.n_local * ctx.cfg.local_frames * ctx.cfg.n_mels],
+            local_start_s: vec![-1.0; ctx.cfg.n_local],
             label,
             classes,
             index: index0 as i64,

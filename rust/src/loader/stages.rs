@@ -204,6 +204,8 @@ impl Assembler {
             shard: vec![-1; b],
             valid: vec![false; b],
             start_s: vec![-1.0; c.n_views * b],
+            local: vec![0.0; c.n_local * b * c.local_frames * c.n_mels],
+            local_start_s: vec![-1.0; c.n_local * b],
             failures: Vec::new(),
         }
     }
@@ -218,6 +220,13 @@ impl Assembler {
             batch.data[dst..dst + sample_len]
                 .copy_from_slice(&row.data[v * sample_len..(v + 1) * sample_len]);
             batch.start_s[v * b + slot] = row.start_s[v];
+        }
+        let local_len = c.local_frames * c.n_mels;
+        for l in 0..c.n_local {
+            let dst = (l * b + slot) * local_len;
+            batch.local[dst..dst + local_len]
+                .copy_from_slice(&row.local[l * local_len..(l + 1) * local_len]);
+            batch.local_start_s[l * b + slot] = row.local_start_s[l];
         }
         batch.target[slot] = row.label;
         let n = self.ctx.n_targets;

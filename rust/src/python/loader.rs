@@ -106,6 +106,8 @@ pub struct PyLoader {
     n_views: usize,
     n_frames: usize,
     n_mels: usize,
+    n_local: usize,
+    local_frames: usize,
 }
 
 impl PyLoader {
@@ -139,6 +141,18 @@ impl PyLoader {
                 .into_any()
         };
         d.set_item("start_s", start_s)?;
+        if self.n_local > 0 {
+            let (l, n) = (self.n_local, self.local_batch);
+            let local = PyArray1::from_vec(py, b.local).reshape([
+                l,
+                self.local_batch,
+                self.local_frames,
+                self.n_mels,
+            ])?;
+            d.set_item("local", local)?;
+            let starts = PyArray1::from_vec(py, b.local_start_s).reshape([l, n])?;
+            d.set_item("local_start_s", starts)?;
+        }
         let failures = b
             .failures
             .into_iter()
@@ -167,6 +181,7 @@ impl PyLoader {
             cfg.n_frames,
             cfg.n_mels,
         );
+        let (n_local, local_frames) = (cfg.n_local, cfg.local_frames);
         let pipe = py
             .detach(|| Pipeline::start(ds, cfg, factory))
             .map_err(to_py)?;
@@ -176,6 +191,8 @@ impl PyLoader {
             n_views,
             n_frames,
             n_mels,
+            n_local,
+            local_frames,
         })
     }
 

@@ -1,7 +1,9 @@
 """LeJEPA (Balestriero & LeCun 2025): multi-view invariance plus SIGReg.
 
 loss = (1 - lambd) * invariance + lambd * SIGReg, on projector outputs z (V, B, K):
-- invariance: mean squared distance of each view's embedding to the mean over views;
+- invariance: mean squared distance of each view's embedding to the mean over the global views
+  (with multi-crop, `batch["local"]` (L, B, T', M), the local crops' embeddings too are pulled to
+  that centre, as in the paper's reference algorithm);
 - SIGReg: project each view's embeddings on M random unit directions (resampled every step from
   the key), and for every direction compare the empirical characteristic function to the
   standard Gaussian's, exp(-t^2/2), with the Epps-Pulley statistic
@@ -123,6 +125,12 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
     w_b = common.weights(batch, b)
     z_vbk = heads(emb, common.tile_views(w_b, v)).reshape(v, b, -1)
     center_bk = z_vbk.mean(0)
+    if "local" in batch:  # multi-crop: own forward (shorter token grid) and projector statistics
+        local = aug.augment_views(cfg.augment, batch["local"], key=jax.random.fold_in(key, 2))
+        n_l = local.shape[0]
+        emb_l = encoder(local.reshape(n_l * b, *local.shape[2:])).pooled_bd
+        z_l = heads(emb_l, common.tile_views(w_b, n_l)).reshape(n_l, b, -1)
+        z_vbk = jnp.concatenate([z_vbk, z_l])
     inv = common.wmean(jnp.square(z_vbk - center_bk).mean((0, 2)), w_b)
     # Same directions for every view, as in the paper's reference code.
     sig = jax.vmap(

@@ -92,7 +92,12 @@ def flops_per_update(cfg: birdjepa.config.Config, *, hardware: bool = False) -> 
     k = sub.proj_dim or d
     sig = 2 * k * sub.n_slices + 2 * 2 * sub.n_slices * sub.n_points  # per example and view
     clean = fwd if sub.augment.enabled else 0.0  # the probe's forward on un-augmented views
-    return probe + n_seq * (3 * (fwd + proj + sig) + recompute + clean)
+    total = probe + n_seq * (3 * (fwd + proj + sig) + recompute + clean)
+    if cfg.data.n_local:  # multi-crop: the local crops' shorter sequences
+        n_loc = (cfg.data.local_frames // m.patch[0]) * (cfg.data.n_mels // m.patch[1])
+        fwd_l, rec_l = encoder_flops(m, n_loc, hardware=hardware)
+        total += cfg.batch_size * cfg.data.n_local * (3 * (fwd_l + proj + sig) + rec_l)
+    return total
 
 
 def _mae_flops(m, sub: birdjepa.objectives.mae.MAEConfig, n_patches: int, *, hardware: bool):

@@ -163,6 +163,8 @@ def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None
                   n_classes=cfg.n_classes)
     train = birdjepa.data.Loader(d.train_shards, mode="train", batch_size=cfg.batch_size,
                                  n_views=d.n_views, view_window_s=d.view_window_s,
+                                 **({"n_local": d.n_local, "local_s": d.local_s,
+                                     "local_frames": d.local_frames} if d.n_local else {}),
                                  state=train_state, **common)
     evals = birdjepa.data.Loader(d.eval_shards, mode="eval",
                                  batch_size=d.eval_batch_size or cfg.batch_size, **common)

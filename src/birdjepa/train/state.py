@@ -88,11 +88,11 @@ def shard_batch(batch: dict, cfg: birdjepa.config.Config, mesh) -> dict:
     """Host batch -> global arrays with a leading micro-batch axis, sharded on the batch axis."""
     n_micro = cfg.optim.grad_accum
     out = {}
-    for k in ("data", "target", "valid"):
+    for k in ("data", "local", "target", "valid"):
         if k not in batch:
             continue
         x = np.asarray(batch[k])
-        b_axis = 1 if (k == "data" and x.ndim == 4) else 0
+        b_axis = 1 if (k in ("data", "local") and x.ndim == 4) else 0
         b = x.shape[b_axis]
         x = x.reshape(*x.shape[:b_axis], n_micro, b // n_micro, *x.shape[b_axis + 1:])
         x = np.moveaxis(x, b_axis, 0)  # (n_micro, [V,] b, ...)
