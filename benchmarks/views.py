@@ -1,7 +1,7 @@
 """Views from one decode: `python -m benchmarks views [--window S] [--workers 1,2]`.
 
 Two views per sample, each its own decode (view_window_s=0) against both cut from one decoded
-window of `--window` s (docs/issues/008-views-from-one-decode): views/s, views per CPU-second of
+window of `--window` s (and, with `--local N`, N more 2 s local crops cut from it: multi-crop) (docs/issues/008-views-from-one-decode): views/s, views per CPU-second of
 the whole process and peak RSS, each configuration in a fresh process, best of --repeat. The
 corpus is `benchmarks.loader`'s (60 s demo recordings by default).
 """
@@ -16,32 +16,40 @@ import benchmarks.loader as loader
 
 def bench(paths, args) -> dict:
     """Two views per sample, each its own decode (view_window_s=0) against both cut from one
-    decoded window of `--window` s: views/s and views per CPU-second, best of --repeat."""
+    decoded window of `--window` s (+ `--local` 2 s local crops): views/s and views per
+    CPU-second (local crops counted as views), best of --repeat."""
     workers = [int(x) for x in args.workers.split(",")]
     w_s = args.window
     print(f"{os.cpu_count()} cores; load average {loader._load()}; 2 views per sample, batch "
           f"{args.batch_size}, {args.batches} timed batches per run; window {w_s} s")
     print(f"{'views from':<16} {'workers':>7} {'views/s':>8} {'views/cpu-s':>11} {'peak RSS':>8}")
+    configs = {"decode-each": dict(view_window_s=0.0), "window": dict(view_window_s=w_s)}
+    if args.local:  # multi-crop: + N local crops of 2 s (192 frames) from the same window
+        configs["window+local"] = dict(view_window_s=w_s, n_local=args.local, local_s=2.0,
+                                       local_frames=192)
     out: dict = {}
     for w in workers:
-        for name, window in (("a decode each", 0.0), (f"one {w_s:g} s window", w_s)):
+        for name, extra in configs.items():
             best = None
             for _ in range(args.repeat):
-                r = loader.run_rust_isolated(paths, args.batches, args.batch_size, w, args.transform,
-                                      n_views=2, view_window_s=window)
+                r = loader.run_rust_isolated(paths, args.batches, args.batch_size, w,
+                                             args.transform, n_views=2, **extra)
                 if best is None or r["clips_per_cpu_s"] > best["clips_per_cpu_s"]:
                     best = r
-            vps, vpc = 2 * best["clips_per_s"], 2 * best["clips_per_cpu_s"]
-            out[(w, window)] = {"views_per_s": vps, "views_per_cpu_s": vpc,
-                                "peak_rss_mb": best["peak_rss_mb"]}
-            print(f"{name:<16} {w:>7} {vps:8.1f} {vpc:11.1f} {best['peak_rss_mb']:6.0f}MB  "
+            per = 2 + extra.get("n_local", 0)  # views per sample
+            vps, vpc = per * best["clips_per_s"], per * best["clips_per_cpu_s"]
+            out[f"{w}w-{name}"] = {"views_per_s": vps, "views_per_cpu_s": vpc,
+                                   "peak_rss_mb": best["peak_rss_mb"]}
+            label = name if name != "window+local" else f"+{args.local} local"
+            print(f"{label:<16} {w:>7} {vps:8.1f} {vpc:11.1f} {best['peak_rss_mb']:6.0f}MB  "
                   f"{loader._load()}", flush=True)
-        ratio = out[(w, w_s)]["views_per_cpu_s"] / out[(w, 0.0)]["views_per_cpu_s"]
+        win, each = out[f"{w}w-window"], out[f"{w}w-decode-each"]
+        ratio = win["views_per_cpu_s"] / each["views_per_cpu_s"]
         print(f"  {w} worker(s): one window / a decode each, views per CPU-s: {ratio:.2f}x "
               f"(goal >= 2x: {loader._verdict(ratio >= 2)}); views per CPU-s "
-              f"{out[(w, w_s)]['views_per_cpu_s']:.0f} (goal >= 200: "
-              f"{loader._verdict(out[(w, w_s)]['views_per_cpu_s'] >= 200)})")
-    return {f"{w}w-{win:g}s": v for (w, win), v in out.items()}
+              f"{win['views_per_cpu_s']:.0f} (goal >= 200: "
+              f"{loader._verdict(win['views_per_cpu_s'] >= 200)})")
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -56,6 +64,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workers", default="1,2")
     p.add_argument("--repeat", type=int, default=2, help="runs per configuration (best kept)")
     p.add_argument("--window", type=float, default=6.0, help="window seconds (>= the 5 s clip)")
+    p.add_argument("--local", type=int, default=0,
+                   help="also measure this many 2 s local crops per sample (multi-crop)")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
 #!/bin/bash
-# Reproduces docs/issues/007-demo-evaluation: demo data (+ soundscapes), LeJEPA and (shortened)
-# supervised training, then 3 encoders x 4 probes x k in {1,5,all} x 3 seeds. Everything under
-# $WORK (default /tmp/eval007). Run from the repository root.
+# Reproduces docs/issues/007-demo-evaluation: demo data (+ soundscapes), LeJEPA and supervised
+# training (the shipped configs), then 3 encoders x 4 probes x k in {1,5,all} x 3 seeds.
+# Everything under $WORK (default /tmp/eval007). Run from the repository root.
 set -euo pipefail
 WORK=${WORK:-/tmp/eval007}
 PY=${PY:-python}
@@ -12,12 +12,12 @@ D="--data.train_shards=$WORK/data/train --data.eval_shards=$WORK/data/eval"
     --n-recordings 240 --n-shards 2 --min-s 5 --max-s 10 --overwrite
 [ -f "$WORK/data/soundscape/state.json" ] || $PY -m birdjepa.demo_data "$WORK/data/soundscape" \
     --soundscapes 24 --n-segments 12 --n-shards 2 --seed 2 --overwrite
-[ -d "$WORK/runs/lejepa/checkpoints/400" ] || $PY -m birdjepa.pretrain \
+# Session 1 (tables "Session 1" in README.md): LeJEPA --n_steps=400 --data.view_window_s=0
+# --data.n_local=0, supervised --n_steps=300, and eval with --train_windows=centre.
+[ -f "$WORK/runs/lejepa/COMPLETE" ] || $PY -m birdjepa.pretrain \
     --cfg configs/demo-lejepa.toml $D --run_dir="$WORK/runs/lejepa" --wandb.mode=disabled
-# Shortened: 300 of configs/demo.toml's 600 steps (time on a shared 2-core machine).
-[ -d "$WORK/runs/supervised/checkpoints/300" ] || $PY -m birdjepa.pretrain \
-    --cfg configs/demo.toml $D --run_dir="$WORK/runs/supervised" --wandb.mode=disabled \
-    --n_steps=300 --ckpt_every=100 --eval_every=100
+[ -f "$WORK/runs/supervised/COMPLETE" ] || $PY -m birdjepa.pretrain \
+    --cfg configs/demo.toml $D --run_dir="$WORK/runs/supervised" --wandb.mode=disabled
 rm -rf "$WORK/eval-full"
 time $PY -m birdjepa.evaluate --cfg configs/eval-demo.toml \
     --encoders "$WORK/runs/supervised" "$WORK/runs/lejepa" \

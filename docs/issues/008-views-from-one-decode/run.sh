@@ -22,8 +22,10 @@ run() {  # run NAME CONFIG [overrides...]
         "$@" | grep -E "eval|probe|step +400|step +600" | tail -4
     cat "$RUNS/$name.time"
 }
-run lejepa demo-lejepa
-run lejepa_window demo-lejepa --data.view_window_s="${LEJEPA_WINDOW:-8}"
+# As measured here: 400 steps, no local crops (configs/demo-lejepa.toml now has both: 009).
+OLD="--n_steps=400 --data.n_local=0"
+run lejepa demo-lejepa $OLD --data.view_window_s=0
+run lejepa_window demo-lejepa $OLD --data.view_window_s="${LEJEPA_WINDOW:-8}"
 run lejepa_probe demo-random --init_encoder="$RUNS/lejepa"
 run lejepa_window_probe demo-random --init_encoder="$RUNS/lejepa_window"
 run random demo-random
