@@ -89,11 +89,13 @@ class _PeakRss:
         self._t.join()
 
 
-def buffer_estimate_mb(batch_size: int, n_workers: int, prefetch: int = 2) -> dict:
-    """The loader's configured feature buffers (LoaderConfig::in_flight_or_default in rust/src/loader/config.rs): F = max(16, 8 workers)
-    samples in flight, plus batches: `prefetch` queued, one being filled, one being sent, its
-    numpy copy and the one the caller holds."""
-    sample = N_FRAMES * N_MELS * 4
+def buffer_estimate_mb(batch_size: int, n_workers: int, prefetch: int = 2,
+                       frames_per_sample: int = N_FRAMES) -> dict:
+    """The loader's configured feature buffers (LoaderConfig::in_flight_or_default in
+    rust/src/loader/config.rs): F = max(16, 8 workers) samples in flight, plus batches:
+    `prefetch` queued, one being filled, one being sent, its numpy copy and the one the caller
+    holds. A sample is `frames_per_sample` x N_MELS floats (all its views and local crops)."""
+    sample = frames_per_sample * N_MELS * 4
     in_flight = max(16, 8 * n_workers)
     batches = prefetch + 4
     total = (in_flight + batches * batch_size) * sample

@@ -1,7 +1,8 @@
 """Views from one decode: `python -m benchmarks views [--window S] [--workers 1,2]`.
 
 Two views per sample, each its own decode (view_window_s=0) against both cut from one decoded
-window of `--window` s (and, with `--local N`, N more 2 s local crops cut from it: multi-crop) (docs/issues/008-views-from-one-decode): views/s, views per CPU-second of
+window of `--window` s (and, with `--local N`, N more 2 s local crops cut from it: multi-crop)
+for 1, 2, 4, 8 and 14 workers (docs/issues/008-views-from-one-decode): views/s, views per CPU-second of
 the whole process and peak RSS, each configuration in a fresh process, best of --repeat. The
 corpus is `benchmarks.loader`'s (60 s demo recordings by default).
 """
@@ -22,7 +23,8 @@ def bench(paths, args) -> dict:
     w_s = args.window
     print(f"{os.cpu_count()} cores; load average {loader._load()}; 2 views per sample, batch "
           f"{args.batch_size}, {args.batches} timed batches per run; window {w_s} s")
-    print(f"{'views from':<16} {'workers':>7} {'views/s':>8} {'views/cpu-s':>11} {'peak RSS':>8}")
+    print(f"{'views from':<16} {'workers':>7} {'views/s':>8} {'views/cpu-s':>11} {'peak RSS':>8} "
+          f"{'buffers+300MB':>13}")
     configs = {"decode-each": dict(view_window_s=0.0), "window": dict(view_window_s=w_s)}
     if args.local:  # multi-crop: + N local crops of 2 s (192 frames) from the same window
         configs["window+local"] = dict(view_window_s=w_s, n_local=args.local, local_s=2.0,
@@ -38,11 +40,15 @@ def bench(paths, args) -> dict:
                     best = r
             per = 2 + extra.get("n_local", 0)  # views per sample
             vps, vpc = per * best["clips_per_s"], per * best["clips_per_cpu_s"]
+            frames = 2 * loader.N_FRAMES + extra.get("n_local", 0) * 192
+            budget = loader.buffer_estimate_mb(args.batch_size, w,
+                                               frames_per_sample=frames)["mb"] + 300
             out[f"{w}w-{name}"] = {"views_per_s": vps, "views_per_cpu_s": vpc,
-                                   "peak_rss_mb": best["peak_rss_mb"]}
+                                   "peak_rss_mb": best["peak_rss_mb"], "budget_mb": budget}
             label = name if name != "window+local" else f"+{args.local} local"
-            print(f"{label:<16} {w:>7} {vps:8.1f} {vpc:11.1f} {best['peak_rss_mb']:6.0f}MB  "
-                  f"{loader._load()}", flush=True)
+            ok = loader._verdict(best["peak_rss_mb"] <= budget)
+            print(f"{label:<16} {w:>7} {vps:8.1f} {vpc:11.1f} {best['peak_rss_mb']:6.0f}MB "
+                  f"{budget:6.0f}MB {ok}  {loader._load()}", flush=True)
         win, each = out[f"{w}w-window"], out[f"{w}w-decode-each"]
         ratio = win["views_per_cpu_s"] / each["views_per_cpu_s"]
         print(f"  {w} worker(s): one window / a decode each, views per CPU-s: {ratio:.2f}x "
@@ -61,7 +67,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--transform", default="audio", choices=["audio", "debug"])
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--batches", type=int, default=8, help="timed batches per configuration")
-    p.add_argument("--workers", default="1,2")
+    p.add_argument("--workers", default="1,2,4,8,14",
+                   help="worker counts (the GPU node's 14; a 2-core machine is oversubscribed)")
     p.add_argument("--repeat", type=int, default=2, help="runs per configuration (best kept)")
     p.add_argument("--window", type=float, default=6.0, help="window seconds (>= the 5 s clip)")
     p.add_argument("--local", type=int, default=0,

@@ -117,4 +117,9 @@ def test_datasets_source_and_multilabel_column(tmp_path, encoder):
     a = birdjepa.embed(encoder, loaded, centre=True)
     b = birdjepa.embed(encoder, tmp_path / "ds", centre=True)
     np.testing.assert_array_equal(a["mean"], b["mean"])
+    # An in-memory Dataset (no Arrow files for the loader) goes through the per-window path.
+    assert not ds.cache_files
+    c = birdjepa.embed(encoder, ds, centre=True)
+    np.testing.assert_allclose(c["mean"], a["mean"], atol=1e-4)
+    np.testing.assert_array_equal(c["row"], a["row"])
     assert a["mean"].shape == (3, 32)

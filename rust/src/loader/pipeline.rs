@@ -279,6 +279,14 @@ mod tests {
         Arc::new(Dataset::open(&paths, "audio", Some("label")).unwrap())
     }
 
+    /// The error message of a pipeline that must refuse to start.
+    fn start_error(ds: &Arc<Dataset>, c: LoaderConfig) -> String {
+        Pipeline::start(ds.clone(), c, debug_factory(0))
+            .err()
+            .expect("the pipeline started")
+            .to_string()
+    }
+
     fn debug_factory(delay_ms: u64) -> TransformFactory {
         Arc::new(move || {
             Ok(
@@ -479,10 +487,7 @@ mod tests {
                 n_classes: n,
                 ..cfg(Mode::Eval)
             };
-            Pipeline::start(ds.clone(), c, debug_factory(0))
-                .err()
-                .unwrap()
-                .to_string()
+            start_error(&ds, c)
         };
         let unset = e(0);
         assert!(
@@ -514,12 +519,7 @@ mod tests {
     #[test]
     fn local_crops_need_a_window_a_duration_and_frames() {
         let ds = dataset("pipe-local-args", &[]);
-        let e = |c: LoaderConfig| {
-            Pipeline::start(ds.clone(), c, debug_factory(0))
-                .err()
-                .unwrap()
-                .to_string()
-        };
+        let e = |c: LoaderConfig| start_error(&ds, c);
         let base = LoaderConfig {
             clip_s: 0.1,
             view_window_s: 0.2,
@@ -563,12 +563,7 @@ mod tests {
     #[test]
     fn bad_arguments_name_expected_and_actual() {
         let ds = dataset("pipe-args", &[]);
-        let e = |c: LoaderConfig| {
-            Pipeline::start(ds.clone(), c, debug_factory(0))
-                .err()
-                .unwrap()
-                .to_string()
-        };
+        let e = |c: LoaderConfig| start_error(&ds, c);
         assert!(e(LoaderConfig {
             batch_size: 0,
             ..cfg(Mode::Train)

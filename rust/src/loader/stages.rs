@@ -231,24 +231,27 @@ impl Assembler {
         }
     }
 
-    /// Copy `row` into `slot` of `batch`; the views are interleaved as (n_views, batch, ...).
+    /// Copy `row` into `slot` of `batch`; views (and local crops) are interleaved as
+    /// (n_views, batch, ...).
     fn place(&self, batch: &mut Batch, slot: usize, row: Row) {
         let c = &self.ctx.cfg;
         let b = c.local_batch();
-        let sample_len = c.n_frames * c.n_mels;
-        for v in 0..c.n_views {
-            let dst = (v * b + slot) * sample_len;
-            batch.data[dst..dst + sample_len]
-                .copy_from_slice(&row.data[v * sample_len..(v + 1) * sample_len]);
-            batch.start_s[v * b + slot] = row.start_s[v];
-        }
-        let local_len = c.local_frames * c.n_mels;
-        for l in 0..c.n_local {
-            let dst = (l * b + slot) * local_len;
-            batch.local[dst..dst + local_len]
-                .copy_from_slice(&row.local[l * local_len..(l + 1) * local_len]);
-            batch.local_start_s[l * b + slot] = row.local_start_s[l];
-        }
+        interleave(
+            &mut batch.data,
+            &mut batch.start_s,
+            &row.data,
+            &row.start_s,
+            b,
+            slot,
+        );
+        interleave(
+            &mut batch.local,
+            &mut batch.local_start_s,
+            &row.local,
+            &row.local_start_s,
+            b,
+            slot,
+        );
         batch.target[slot] = row.label;
         let n = self.ctx.n_targets;
         for &c in &row.classes {
@@ -258,5 +261,27 @@ impl Assembler {
         batch.index[slot] = row.index;
         batch.shard[slot] = row.shard;
         batch.valid[slot] = row.valid;
+    }
+}
+
+/// Copy a sample's views `src` (n, len) and their starts into slot `slot` of a batch laid out
+/// as (n, batch, len) and (n, batch).
+fn interleave(
+    dst: &mut [f32],
+    starts: &mut [f64],
+    src: &[f32],
+    src_starts: &[f64],
+    b: usize,
+    slot: usize,
+) {
+    let n = src_starts.len();
+    if n == 0 {
+        return;
+    }
+    let len = src.len() / n;
+    for v in 0..n {
+        let at = (v * b + slot) * len;
+        dst[at..at + len].copy_from_slice(&src[v * len..(v + 1) * len]);
+        starts[v * b + slot] = src_starts[v];
     }
 }

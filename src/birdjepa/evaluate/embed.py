@@ -130,6 +130,10 @@ def _clips(item, w: Windows) -> list[tuple[float, np.ndarray]]:
 
 
 def _is_table_source(source) -> bool:
+    """Shards or a `datasets.Dataset` backed by Arrow files (what the loader reads); an
+    in-memory Dataset (no cache files) is read through pyarrow instead."""
+    if table.is_dataset(source):
+        return bool(getattr(source, "cache_files", None))
     return not (isinstance(source, bytes | bytearray | memoryview | tuple) or (
         isinstance(source, str | os.PathLike) and os.path.isfile(source)
         and not str(source).endswith(".arrow")))
