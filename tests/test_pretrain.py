@@ -104,8 +104,19 @@ TWO_DEVICES = textwrap.dedent("""
         out.append((jax.device_get(state["params"]), jax.device_get(m)))
     (p1, m1), (p2, m2) = out
     np.testing.assert_allclose(m1["loss"], m2["loss"], rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # Under LeJEPA two biases have an exactly-zero gradient in exact arithmetic: the projector's
+    # BatchNorm removes any constant shift of its input, so the final LayerNorm's bias and the
+    # projector's first bias are free directions. Their float-noise gradients differ with the
+    # reduction order of 1 vs 2 devices, and Adam scales noise to steps of about lr: bound them
+    # by a few lr per step instead of float tolerance.
+    free = set(["['encoder'].norm.bias", "['heads'].fc1.b"] if "{objective}" == "lejepa" else [])
+    bound = 3 * 2 * cfg.optim.lr * len(batches)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(p1), jax.tree.leaves(p2),
+                            strict=True):
+        if jax.tree_util.keystr(path) in free:
+            assert np.abs(np.asarray(a) - np.asarray(b)).max() < bound, path
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=str(path))
     print("OK", float(m1["loss"]), float(m2["loss"]))
 """)
 
