@@ -52,6 +52,8 @@ pub struct Dataset {
     audio_column: String,
     label_column: Option<String>,
     label_kind: LabelKind,
+    /// `label_range()`, once read (the shards are checked unchanged on every body read).
+    label_range: std::sync::OnceLock<LabelRange>,
 }
 
 impl Dataset {
@@ -99,6 +101,7 @@ impl Dataset {
             audio_column: audio_column.to_string(),
             label_column: label_column.map(str::to_string),
             label_kind,
+            label_range: std::sync::OnceLock::new(),
         })
     }
 
@@ -140,11 +143,15 @@ impl Dataset {
         let Some(l) = &self.label_column else {
             return Ok(None);
         };
+        if let Some(r) = self.label_range.get() {
+            return Ok(Some(r.clone()));
+        }
         let mut out = LabelRange::default();
         for (i, s) in self.shards.iter().enumerate() {
             out.merge(s.label_range(i as u32, l)?);
         }
-        Ok(Some(out))
+        // Read once per Dataset: the loader's open check and every (eval) pipeline start ask.
+        Ok(Some(self.label_range.get_or_init(|| out).clone()))
     }
 
     /// Every row's label (-1 without a label column), reading only the label column.
