@@ -1,4 +1,4 @@
-"""Views from one decode: `python -m benchmarks views [--window S] [--workers 1,2]`.
+"""Views from one decode: `python -m benchmarks views [--window S] [--local N] [--workers 1,2]`.
 
 Two views per sample, each its own decode (view_window_s=0) against both cut from one decoded
 window of `--window` s (and, with `--local N`, N more 2 s local crops cut from it: multi-crop)
