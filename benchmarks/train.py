@@ -124,7 +124,7 @@ def _fmt_bytes(x) -> str:
 def print_memory(name: str, cfg: birdjepa.config.Config) -> None:
     m = memory_analysis(cfg)
     print(f"{name:8s} batch {cfg.batch_size:4d} x {cfg.data.n_views} views, "
-          f"{birdjepa.config.model.resolve(cfg.model).compute_dtype} | XLA memory: args {_fmt_bytes(m['argument'])}, "
+          f"{birdjepa.config.architecture.resolve(cfg.model).compute_dtype} | XLA memory: args {_fmt_bytes(m['argument'])}, "
           f"out {_fmt_bytes(m['output'])}, temp {_fmt_bytes(m['temp'])}, alias "
           f"{_fmt_bytes(m['alias'])} -> total {_fmt_bytes(m['total'])} "
           f"({m['total']} B; {100 * (1 - m['total'] / 80e9):.0f}% headroom on 80 GB)", flush=True)

@@ -22,8 +22,8 @@ def tiny_corpus(tmp_path_factory):
 @pytest.fixture
 def embed_calls(monkeypatch):
     """Counts calls of the functions that compute log-mel features and embeddings
-    (birdjepa.evaluate.embed.features / encode): evaluate's checks must come before them."""
-    import birdjepa.evaluate.embed as embed
+    (birdjepa.models.inference.features / encode): evaluate's checks must come before them."""
+    import birdjepa.models.inference as embed
 
     calls = {"features": 0, "encode": 0}
 

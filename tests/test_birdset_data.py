@@ -19,7 +19,7 @@ import birdjepa.data.pack
 import birdjepa.data.sources
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
-import birdjepa.evaluate.embed as embed
+import birdjepa.models.inference as embed
 import birdjepa.runtime.launch
 
 NAMES = [s.code for s in catalogue.SPECIES]

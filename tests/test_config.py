@@ -184,7 +184,7 @@ def test_bad_values_name_the_key_expected_and_actual(key, value, expected):
     cfg = with_value(cfg, key, value)
     if key.startswith("model."):  # as a TOML or the CLI gives them: resolved by finalize
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(
-            config.model.ModelConfig(width=32, depth=1, n_heads=2), **{key[6:]: value}))
+            config.architecture.ModelConfig(width=32, depth=1, n_heads=2), **{key[6:]: value}))
     with pytest.raises(config.ConfigError) as e:
         config.finalize(cfg)
     line = str(e.value)

@@ -8,10 +8,10 @@ import pytest
 import birdjepa
 import birdjepa.audio
 import birdjepa.data
+import birdjepa.data.table as table
 import birdjepa.demo_data
-import birdjepa.evaluate.embed as embed
-import birdjepa.evaluate.table as table
 import birdjepa.model
+import birdjepa.models.inference as embed
 
 N_FRAMES = 512  # > 498 frames of 5 s: the loader pads, so padding is compared too
 
@@ -26,7 +26,7 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def encoder():
-    cfg = birdjepa.config.model.resolve(birdjepa.config.model.ModelConfig(
+    cfg = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(
         width=32, depth=1, n_heads=2, n_registers=1, patch=(32, 32), pool="mean"))
     return birdjepa.model.ViT(cfg, n_frames=N_FRAMES, n_mels=128, key=jax.random.key(0))
 

@@ -12,16 +12,16 @@ import soundfile
 
 import birdjepa
 import birdjepa.audio
-import birdjepa.config.model
-import birdjepa.evaluate.embed as embed
+import birdjepa.config.architecture
 import birdjepa.model
+import birdjepa.models.inference as embed
 
 SR = 32000
 
 
 @pytest.fixture(scope="module")
 def encoder():
-    cfg = birdjepa.config.model.resolve(birdjepa.config.model.ModelConfig(
+    cfg = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(
         width=32, depth=1, n_heads=2, n_registers=1, patch=(32, 32), pool="mean"))
     return birdjepa.model.ViT(cfg, n_frames=512, n_mels=128, key=jax.random.key(0))
 

@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import birdjepa.evaluate.checks as plan
 import birdjepa.evaluate.cli
 import birdjepa.evaluate.config as config
-import birdjepa.evaluate.plan as plan
 
 NAMES = ["a", "b", "c"]
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import birdjepa.audio
+import birdjepa.data.table as table
 import birdjepa.demo_data
 import birdjepa.demo_data.soundscape as soundscape
-import birdjepa.evaluate.table as table
 
 
 def test_soundscape_split_types_labels_and_determinism(tmp_path):

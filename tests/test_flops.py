@@ -21,7 +21,7 @@ def _cfg(objective: str, **model):
     cfg = tiny.tiny_config(objective, batch_size=16)
     mae = dataclasses.replace(cfg.objective.mae, dec_width=128, dec_heads=2)
     cfg = dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective, mae=mae))
-    m = birdjepa.config.model.ModelConfig(width=128, depth=1, n_heads=2, n_registers=1, patch=(4, 8),
+    m = birdjepa.config.architecture.ModelConfig(width=128, depth=1, n_heads=2, n_registers=1, patch=(4, 8),
                                    **model)
     return birdjepa.config.finalize(dataclasses.replace(cfg, model=m))
 

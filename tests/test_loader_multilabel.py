@@ -12,8 +12,8 @@ import tiny
 
 import birdjepa
 import birdjepa.data
+import birdjepa.data.table as table
 import birdjepa.demo_data
-import birdjepa.evaluate.table as table
 import birdjepa.objectives.common
 import birdjepa.train.loop
 

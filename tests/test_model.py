@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import birdjepa.config.model as model_cfg
+import birdjepa.config.architecture as model_cfg
 import birdjepa.model as model
 
 

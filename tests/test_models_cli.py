@@ -19,19 +19,19 @@ import pytest
 import tiny
 
 import birdjepa
+import birdjepa.data.table as table
 import birdjepa.demo_data
 import birdjepa.embed
 import birdjepa.encoder
 import birdjepa.evaluate.config
 import birdjepa.evaluate.runner
-import birdjepa.evaluate.table as table
 import birdjepa.export
 import birdjepa.models
+import birdjepa.models.artifact
 import birdjepa.models.bird_mae as bird_mae
+import birdjepa.models.detect
 import birdjepa.models.embed_cli
-import birdjepa.models.export
-import birdjepa.models.predict
-import birdjepa.models.runner
+import birdjepa.models.recordings
 import birdjepa.optim
 import birdjepa.params
 import birdjepa.predict
@@ -80,7 +80,7 @@ def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_pa
     shutil.copytree(run_dir, copy)
     assert birdjepa.export.main([str(copy), str(tmp_path / "out")]) == 0
     want, want_cfg = birdjepa.encoder.load_encoder(copy)
-    src = birdjepa.models.export.from_run(copy)
+    src = birdjepa.models.artifact.from_run(copy)
     shutil.rmtree(copy)  # what follows reads the export alone
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == [
@@ -125,7 +125,7 @@ def test_embed_cli_on_audio_files_equals_the_python_api(run_dir, corpus, tmp_pat
 
 def test_embed_cli_on_shards_carries_rows_and_dataset_columns(run_dir, corpus, tmp_path):
     out = tmp_path / "out"
-    birdjepa.models.export.export(run_dir, out)
+    birdjepa.models.artifact.export(run_dir, out)
     _embed_cli(out, [corpus / "shards"], tmp_path / "s.npz", "--patches")
     ref = birdjepa.embed(run_dir, corpus / "shards", window_s=WINDOW, hop_s=HOP,
                          pool=("cls", "patches"))
@@ -152,11 +152,11 @@ def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
     assert t.num_rows == 2 * n_windows  # top 2 of every window
     conf = t.column("confidence").to_numpy()
     assert ((conf > 0) & (conf <= 1)).all()
-    args = birdjepa.models.predict.parser().parse_args(argv)
-    where, probs = birdjepa.models.predict.probabilities(
-        birdjepa.models.open_model(run_dir), birdjepa.models.runner.resolve(args.source), args)
+    args = birdjepa.models.detect.parser().parse_args(argv)
+    where, probs = birdjepa.models.detect.probabilities(
+        birdjepa.models.open_model(run_dir), birdjepa.models.recordings.resolve(args.source), args)
     np.testing.assert_allclose(probs.sum(1), 1.0, rtol=1e-5)
-    hi = birdjepa.models.predict.detections(where, probs, ["a", "b", "c", "d"], min_conf=0.3,
+    hi = birdjepa.models.detect.detections(where, probs, ["a", "b", "c", "d"], min_conf=0.3,
                                             top_k=4)
     assert (hi["confidence"].to_numpy() >= 0.3).all()
     assert hi["confidence"].to_numpy().size == (probs >= 0.3).sum()
@@ -165,7 +165,7 @@ def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
 @pytest.mark.parametrize("module", ["embed", "predict", "export"])
 def test_help_lists_every_option_and_names_the_module(module, capsys):
     parser = {"embed": birdjepa.models.embed_cli.parser, "predict":
-              birdjepa.models.predict.parser}.get(module)
+              birdjepa.models.detect.parser}.get(module)
     with pytest.raises(SystemExit):
         getattr(birdjepa, module).main(["--help"])
     text = capsys.readouterr().out
@@ -211,7 +211,7 @@ def test_init_encoder_from_an_export_directory(run_dir, tmp_path):
     """An exported (or imported) encoder initialises a run like a run directory does: probe_only
     keeps it frozen (no weight decay), so the new run's checkpoint holds it bit for bit."""
     out = tmp_path / "exp"
-    birdjepa.models.export.export(run_dir, out)
+    birdjepa.models.artifact.export(run_dir, out)
     optim = dataclasses.replace(birdjepa.config.Config().optim, weight_decay=0.0, warmup=2)
     cfg = tiny.finalize(tiny.tiny_config("probe_only", n_steps=1, run_dir=str(tmp_path / "new"),
                                          init_encoder=str(out), optim=optim))
@@ -229,7 +229,7 @@ def test_init_encoder_from_an_export_directory(run_dir, tmp_path):
 
 def test_evaluate_takes_an_export_directory(run_dir, tmp_path):
     out = tmp_path / "my-export"
-    birdjepa.models.export.export(run_dir, out)
+    birdjepa.models.artifact.export(run_dir, out)
     cfg = birdjepa.evaluate.config.EvalConfig(encoders=(str(run_dir), str(out)))
     one, two = birdjepa.evaluate.runner.load_encoders(cfg)
     assert (one.name, two.name) == ("run", "my-export") and one.digest != two.digest
@@ -241,11 +241,11 @@ def test_evaluate_takes_an_export_directory(run_dir, tmp_path):
 def test_predict_refuses_a_model_without_a_class_head(run_dir, corpus, tmp_path, capsys):
     m = birdjepa.models.open_model(run_dir)
     headless = birdjepa.models.Model(m.encoder, m.audio, source="bird-mae-base:w.safetensors")
-    args = birdjepa.models.predict.parser().parse_args(
+    args = birdjepa.models.detect.parser().parse_args(
         ["M", str(corpus / "files"), "--out", str(tmp_path / "d.csv")])
     with pytest.raises(ValueError, match="'bird-mae-base:w.safetensors' has no class head"):
-        birdjepa.models.predict.probabilities(
-            headless, birdjepa.models.runner.resolve(args.source), args)
+        birdjepa.models.detect.probabilities(
+            headless, birdjepa.models.recordings.resolve(args.source), args)
     assert birdjepa.predict.main([str(tmp_path / "nothing"), str(corpus / "files"), "--out",
                                   str(tmp_path / "d.csv")]) == 2
     assert "MODEL: expected a run directory" in capsys.readouterr().err

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import scipy.special
 
-import birdjepa.config.model
-import birdjepa.evaluate.embed
+import birdjepa.config.architecture
 import birdjepa.model
 import birdjepa.models
 import birdjepa.models.bird_mae as bird_mae
+import birdjepa.models.inference
 import birdjepa.models.safetensors as st
 
 T, M, P = 512, 128, 16  # Bird-MAE's input (frames, mels) and patch
@@ -66,8 +66,8 @@ def reference(sd: dict, x_btm: np.ndarray, n_heads: int, pool: str = "mean") -> 
 def random_state_dict(d: int, depth: int, *, seed: int = 0, sincos: bool = False) -> dict:
     """Random weights under the published key names and torch shapes (norms away from 1/0)."""
     rng = np.random.default_rng(seed)
-    shapes = bird_mae.expected_shapes(birdjepa.config.model.resolve(
-        birdjepa.config.model.ModelConfig(preset="bird-mae-base", width=d, depth=depth,
+    shapes = bird_mae.expected_shapes(birdjepa.config.architecture.resolve(
+        birdjepa.config.architecture.ModelConfig(preset="bird-mae-base", width=d, depth=depth,
                                           n_heads=4)), (T // P) * (M // P))
     sd = {}
     for k, shape in shapes.items():
@@ -95,7 +95,7 @@ def test_converted_encoder_equals_the_reference_forward(tmp_path, fbank, sincos)
     assert (enc.pos_embed is None) == sincos
     for pool in ("mean", "cls"):
         want = reference(sd, fbank, 4, pool)
-        got = np.asarray(birdjepa.evaluate.embed.with_pool(enc, pool)(jnp.asarray(fbank))
+        got = np.asarray(birdjepa.models.inference.with_pool(enc, pool)(jnp.asarray(fbank))
                          .pooled_bd)
         err = np.abs(got - want).max()
         assert err < 1e-4, (pool, err)

@@ -11,8 +11,8 @@ import pytest
 import sklearn.metrics
 
 import birdjepa.config
+import birdjepa.data.table as table
 import birdjepa.demo_data
-import birdjepa.evaluate.table as table
 import birdjepa.predict
 import birdjepa.runtime.rundir
 import birdjepa.train.loop

@@ -20,7 +20,7 @@ N_STEPS = 30
 
 
 def _cfg(dtype: str, objective: str = "supervised", **kw):
-    model = birdjepa.config.model.ModelConfig(width=32, depth=2, n_heads=2, n_registers=1, pos="rope",
+    model = birdjepa.config.architecture.ModelConfig(width=32, depth=2, n_heads=2, n_registers=1, pos="rope",
                                        qk_norm=True, layerscale=0.1, compute_dtype=dtype)
     cfg = tiny.tiny_config(objective, model=model, **kw)
     return dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=1e-2))

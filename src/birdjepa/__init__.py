@@ -2,7 +2,7 @@
 
 The exception classes live in the Rust extension, all beneath `birdjepa.Error`; they are loaded
 on first access so that `import birdjepa.model` does not need the extension. `load_encoder`
-(birdjepa.models: a run or an export directory) and `embed` (birdjepa.evaluate.embed) are loaded on first access too, so that
+(birdjepa.models: a run or an export directory) and `embed` (birdjepa.models.inference) are loaded on first access too, so that
 `import birdjepa` does not import JAX.
 """
 
@@ -34,7 +34,7 @@ def __getattr__(name: str):
 
         return birdjepa.models.load_encoder
     if name == "embed":
-        import birdjepa.evaluate.embed
+        import birdjepa.models.inference
 
-        return birdjepa.evaluate.embed.embed
+        return birdjepa.models.inference.embed
     raise AttributeError(f"module 'birdjepa' has no attribute {name!r}")

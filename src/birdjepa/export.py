@@ -1,12 +1,12 @@
 """`python -m birdjepa.export RUN_DIR OUT_DIR`: a run's encoder as safetensors + JSON + a model
-card (birdjepa.models.export)."""
+card (birdjepa.models.artifact)."""
 
 import sys
 
-import birdjepa.models.export
+import birdjepa.models.artifact
 
-export = birdjepa.models.export.export
-main = birdjepa.models.export.main
+export = birdjepa.models.artifact.export
+main = birdjepa.models.artifact.main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-import birdjepa.config.model
+import birdjepa.config.architecture
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 REMAT_POLICIES = {
@@ -168,7 +168,7 @@ class Block(eqx.Module):
     attention: str = eqx.field(static=True)
     gelu: str = eqx.field(static=True, default="tanh")
 
-    def __init__(self, cfg: birdjepa.config.model.ModelConfig, *, key):
+    def __init__(self, cfg: birdjepa.config.architecture.ModelConfig, *, key):
         d, h = cfg.width, cfg.n_heads
         k = jax.random.split(key, 7)
         hidden = int(d * cfg.mlp_ratio * (2 / 3 if cfg.swiglu else 1))
@@ -232,11 +232,11 @@ class ViT(eqx.Module):
     registers: Float[Array, "r d"] | None
     blocks: Block
     norm: "LayerNorm | PoolNorms"
-    cfg: birdjepa.config.model.ModelConfig = eqx.field(static=True)
+    cfg: birdjepa.config.architecture.ModelConfig = eqx.field(static=True)
     grid: tuple[int, int] = eqx.field(static=True)
 
-    def __init__(self, cfg: birdjepa.config.model.ModelConfig, *, n_frames: int, n_mels: int, key):
-        birdjepa.config.model.check_resolved(cfg)
+    def __init__(self, cfg: birdjepa.config.architecture.ModelConfig, *, n_frames: int, n_mels: int, key):
+        birdjepa.config.architecture.check_resolved(cfg)
         pt, pm = cfg.patch
         if n_frames % pt or n_mels % pm:
             raise ValueError(

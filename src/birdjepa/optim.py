@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import optax
 import optax.contrib
 
-import birdjepa.config.optim
+import birdjepa.config.optimizer
 
-OptimConfig = birdjepa.config.optim.OptimConfig
+OptimConfig = birdjepa.config.optimizer.OptimConfig
 
 
 def schedule(cfg: OptimConfig, n_steps: int) -> typing.Callable[[jax.Array], jax.Array]:

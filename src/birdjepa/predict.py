@@ -1,11 +1,11 @@
 """`python -m birdjepa.predict MODEL SOURCE... --out detections.csv`: per-window species
-detections from a model's class head (birdjepa.models.predict)."""
+detections from a model's class head (birdjepa.models.detect)."""
 
 import sys
 
-import birdjepa.models.predict
+import birdjepa.models.detect
 
-main = birdjepa.models.predict.main
+main = birdjepa.models.detect.main
 
 if __name__ == "__main__":
     sys.exit(main())

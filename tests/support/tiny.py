@@ -23,7 +23,7 @@ def tiny_config(objective: str = "supervised", **overrides):
         batch_size=8,
         n_classes=4,
         run_id="test",
-        objective=birdjepa.config.objectives.ObjectiveConfig(
+        objective=birdjepa.config.losses.ObjectiveConfig(
             name=objective,
             lejepa=birdjepa.objectives.lejepa.LeJEPAConfig(
                 n_slices=16, proj_hidden=32, proj_dim=16
@@ -32,7 +32,7 @@ def tiny_config(objective: str = "supervised", **overrides):
                 dec_width=32, dec_depth=1, dec_heads=2, block=(1, 2)
             ),
         ),
-        model=birdjepa.config.model.ModelConfig(width=32, depth=1, n_heads=2, n_registers=1),
+        model=birdjepa.config.architecture.ModelConfig(width=32, depth=1, n_heads=2, n_registers=1),
         data=birdjepa.config.DataConfig(n_views=2 if objective == "lejepa" else 1, n_frames=32,
                                         n_mels=64),
         optim=dataclasses.replace(base.optim, warmup=2),
@@ -41,7 +41,7 @@ def tiny_config(objective: str = "supervised", **overrides):
         wandb=birdjepa.config.WandbConfig(mode="disabled"),
     )
     cfg = dataclasses.replace(cfg, **overrides)
-    return dataclasses.replace(cfg, model=birdjepa.config.model.resolve(cfg.model))
+    return dataclasses.replace(cfg, model=birdjepa.config.architecture.resolve(cfg.model))
 
 
 tiny_loaders = birdjepa.data.synthetic.loaders

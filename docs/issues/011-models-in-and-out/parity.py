@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import test_models_import as t
 
-import birdjepa.evaluate.embed
 import birdjepa.models
 import birdjepa.models.bird_mae as bird_mae
+import birdjepa.models.inference
 import birdjepa.models.safetensors as st
 
 x = np.random.default_rng(1).standard_normal((2, t.T, t.M)).astype(np.float32)
@@ -27,7 +27,7 @@ for d, depth, heads, name in [(64, 2, 4, None), (768, 12, 12, "bird-mae-base")]:
             enc = bird_mae.convert(sd, width=d, depth=depth, n_heads=heads)
         for pool in ("mean", "cls"):
             want = t.reference(sd, x, heads, pool)
-            got = np.asarray(birdjepa.evaluate.embed.with_pool(enc, pool)(jnp.asarray(x))
+            got = np.asarray(birdjepa.models.inference.with_pool(enc, pool)(jnp.asarray(x))
                              .pooled_bd)
             print(f"width {d:4d} depth {depth:2d} pos {enc.cfg.pos:8s} pool {pool:4s} "
                   f"max|err| {np.abs(got - want).max():.2e}  max|ref| {np.abs(want).max():.2f}")

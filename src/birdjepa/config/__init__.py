@@ -19,12 +19,12 @@ import tomli_w
 import tyro
 
 import birdjepa._rs
+import birdjepa.config.architecture as model_cfg
 import birdjepa.config.bounds as bounds
-import birdjepa.config.distributed as distributed_cfg
+import birdjepa.config.cluster as distributed_cfg
 import birdjepa.config.keys as keys
-import birdjepa.config.model as model_cfg
-import birdjepa.config.objectives as objectives_cfg
-import birdjepa.config.optim as optim_cfg
+import birdjepa.config.losses as objectives_cfg
+import birdjepa.config.optimizer as optim_cfg
 import birdjepa.data.config
 import birdjepa.data.sources
 

@@ -4,7 +4,7 @@ abort or hang at start-up. Plain data, no JAX; birdjepa.config.validate calls `c
 import math
 import os
 
-import birdjepa.config.objectives as objectives_cfg
+import birdjepa.config.losses as objectives_cfg
 import birdjepa.data.config
 
 require = objectives_cfg.require

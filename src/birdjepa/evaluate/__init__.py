@@ -2,14 +2,14 @@
 recordings, tested on multilabel 5 s soundscape segments; cmAP, cmAP5, AUROC (BirdSet's and over
 present classes), top-1, with intervals.
 
-* `birdjepa.embed` (`embed.embed`): embeddings through the training transform.
+* `birdjepa.embed` (`birdjepa.models.inference.embed`): embeddings through the training transform.
 * `birdjepa.evaluate.run(cfg)` / `python -m birdjepa.evaluate`: encoders x probes (linear,
   attentive, prototypical, kNN) x few-shot k x seeds on one or more test sets, into
   results.parquet / results.csv, BirdSet-style tables (results.md) and a plot.
 * `python -m birdjepa.evaluate.report RESULTS...`: re-render and merge results files.
-* Modules: `runner` (defines `run`; loads encoders), `plan` (checks before embedding),
-  `embedding` (cache), `protocol` (probes x k x seeds), `probes`, `metrics`, `intervals`,
-  `results`, `report`, `fewshot`, `table`, `progress`, `config`.
+* Modules: `runner` (defines `run`; loads encoders), `checks` (checks before embedding),
+  `cache` (embeddings per split), `protocol` (probes x k x seeds), `probes`, `metrics`, `intervals`,
+  `results`, `report`, `fewshot`, `progress`, `config` (splits are read by `birdjepa.data.table`).
 
 `run` and `EvalConfig` are loaded on first access, so importing the package does not import JAX.
 """

@@ -1,7 +1,7 @@
 """`python -m birdjepa.evaluate --cfg configs/eval-demo.toml [--encoders RUN_DIR ...]`.
 
 A bad setting, split, class list or encoder is one line on stderr and exit status 2, before
-anything is embedded (see birdjepa.evaluate.plan and runner.load_encoders).
+anything is embedded (see birdjepa.evaluate.checks and runner.load_encoders).
 """
 
 import logging

@@ -131,7 +131,7 @@ def validate_probe(p: probe_lib.ProbeConfig) -> None:
 
 def validate(cfg: EvalConfig) -> None:
     """ConfigError naming the key, the expected and the actual value (settings only; the data
-    and encoders are checked by birdjepa.evaluate.plan before anything is embedded)."""
+    and encoders are checked by birdjepa.evaluate.checks before anything is embedded)."""
     _need(cfg.encoders or cfg.random, "encoders", "at least one run directory (or random)",
           cfg.encoders)
     _need(all(p in probe_lib.KINDS for p in cfg.probes), "probes",

@@ -3,7 +3,7 @@ metric, and the intervals of each (probe, k) group (`birdjepa.evaluate.intervals
 
 The runs of one probe (all k and seeds) go to `probes.fit_predict_many` together, which trains
 runs of similar length in one vmapped scan. Training windows carry their recording's labels; a
-few-shot subset is the windows of its k recordings per class (`plan.TestSetPlan.recordings`).
+few-shot subset is the windows of its k recordings per class (`checks.TestSetPlan.recordings`).
 The test resamples of the bootstrap are the same for every encoder and probe of a test set
 (seed 0), so differences between rows are paired.
 """
@@ -15,10 +15,10 @@ import time
 import jax
 import numpy as np
 
+import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.intervals as intervals
 import birdjepa.evaluate.metrics as metrics
-import birdjepa.evaluate.plan as plan
 import birdjepa.evaluate.probes as probes
 import birdjepa.evaluate.progress as progress
 
@@ -28,7 +28,7 @@ def k_label(k: int) -> str:
     return str(k) if k else "all"
 
 
-def settings(cfg: config.EvalConfig, tp: plan.TestSetPlan, enc) -> dict:
+def settings(cfg: config.EvalConfig, tp: checks.TestSetPlan, enc) -> dict:
     """The columns every row of (test set, encoder) repeats: encoder identity, data, recipe."""
     return {
         "encoder_run_dir": enc.run_dir, "encoder_step": enc.step,
@@ -76,7 +76,7 @@ def _group_rows(base: dict, runs: list[dict], y_test, cfg: config.EvalConfig) ->
     return rows
 
 
-def evaluate(tp: plan.TestSetPlan, enc, tr: dict, te: dict, cfg: config.EvalConfig, *,
+def evaluate(tp: checks.TestSetPlan, enc, tr: dict, te: dict, cfg: config.EvalConfig, *,
              verbose: bool = True) -> list[dict]:
     """Every (probe, k, seed) of `enc` on test set `tp`: result rows (see birdjepa.evaluate
     .results for the columns)."""
@@ -108,7 +108,7 @@ def evaluate(tp: plan.TestSetPlan, enc, tr: dict, te: dict, cfg: config.EvalConf
     return [r for f in pending for r in f.result()]
 
 
-def _score_probe(base: dict, runs, subsets, fits, fit_s: float, tp: plan.TestSetPlan,
+def _score_probe(base: dict, runs, subsets, fits, fit_s: float, tp: checks.TestSetPlan,
                  cfg: config.EvalConfig) -> list[dict]:
     """Rows of one probe's runs: metrics per run, then each k's group with its intervals."""
     counts = metrics.counts(tp.y_test)

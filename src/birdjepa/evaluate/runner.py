@@ -1,10 +1,10 @@
 """`birdjepa.evaluate.run(cfg)`: frozen encoders x probes x few-shot k x seeds on one or more
 test sets, BirdSet-style.
 
-1. Check everything that can be checked before embedding (`birdjepa.evaluate.plan`: splits,
+1. Check everything that can be checked before embedding (`birdjepa.evaluate.checks`: splits,
    columns, class lists, labels, k against training recordings; the settings; then every
    encoder loads and runs on one abstract batch). Each failure is one ConfigError line.
-2. Embed each split once per encoder (`birdjepa.evaluate.embedding`: cached under
+2. Embed each split once per encoder (`birdjepa.evaluate.cache`: cached under
    `out_dir/embeddings/`, keyed by the checkpoint's manifest digest, the transform settings and
    the data fingerprint; log-mel features are shared by the encoders of one call).
 3. Train the probes on the cached arrays (`birdjepa.evaluate.protocol`: runs batched over seeds
@@ -27,14 +27,14 @@ import numpy as np
 
 import birdjepa.config
 import birdjepa.encoder
+import birdjepa.evaluate.cache as cache
+import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
-import birdjepa.evaluate.embed as embed
-import birdjepa.evaluate.embedding as embedding
-import birdjepa.evaluate.plan as plan
 import birdjepa.evaluate.protocol as protocol
 import birdjepa.evaluate.report as report
 import birdjepa.evaluate.results as results
 import birdjepa.models
+import birdjepa.models.inference as embed
 import birdjepa.params
 import birdjepa.runtime.checkpoint
 
@@ -183,13 +183,13 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
     out_dir/summary.json) with the result rows under "rows"."""
     t_start, out = time.perf_counter(), pathlib.Path(cfg.out_dir)
     config.validate(cfg)
-    plans = plan.build(cfg)
+    plans = checks.build(cfg)
     encoders = load_encoders(cfg)
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if verbose else (lambda msg: None)
     log(f"checked {len(plans)} test set(s), {len(encoders)} encoder(s) in "
         f"{time.perf_counter() - t_start:.1f} s")
     t0 = time.perf_counter()
-    emb = embedding.embed_all(encoders, plans, cfg, out / "embeddings", verbose=verbose)
+    emb = cache.embed_all(encoders, plans, cfg, out / "embeddings", verbose=verbose)
     t_embed = time.perf_counter() - t0
     rows, timings = [], {}
     for tp in plans:

@@ -1,5 +1,5 @@
 """Models in and out of birdjepa: import published encoders (`load("bird-mae-base",
-weights=PATH)`), export a run's encoder to plain files (`birdjepa.models.export.export`, `python -m
+weights=PATH)`), export a run's encoder to plain files (`birdjepa.models.artifact.export`, `python -m
 birdjepa.export`),
 and `open_model(spec)`, the one resolver the command lines share (a run directory, an export
 directory, or "bird-mae-base:PATH")."""
@@ -9,8 +9,8 @@ import os
 import birdjepa.config
 import birdjepa.encoder
 import birdjepa.model
+import birdjepa.models.artifact as _export
 import birdjepa.models.bird_mae as bird_mae
-import birdjepa.models.export as _export
 
 ConversionError = bird_mae.ConversionError
 Model = _export.Model

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import birdjepa.config.model
+import birdjepa.config.architecture
 import birdjepa.data
 import birdjepa.model
 import birdjepa.models.safetensors as st
@@ -81,7 +81,7 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
         f"s.save_file({{k: v.contiguous() for k, v in d.items()}}, '{path.stem}.safetensors')\"")
 
 
-def expected_shapes(cfg: birdjepa.config.model.ModelConfig, n_patches: int) -> dict[str, tuple]:
+def expected_shapes(cfg: birdjepa.config.architecture.ModelConfig, n_patches: int) -> dict[str, tuple]:
     d, (pt, pm) = cfg.width, cfg.patch
     h = int(d * cfg.mlp_ratio)
     per = {"norm1.weight": (d,), "norm1.bias": (d,), "attn.qkv.weight": (3 * d, d),
@@ -121,7 +121,7 @@ def convert(sd: dict[str, np.ndarray], preset: str = "bird-mae-base", *, n_frame
     MAE encoder of another size."""
     if preset not in PRESETS:
         raise ValueError(f"model: expected one of {sorted(PRESETS)}, got {preset!r}")
-    base = birdjepa.config.model.resolve(birdjepa.config.model.ModelConfig(
+    base = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(
         preset=PRESETS[preset], compute_dtype="float32", remat="none", **overrides))
     (pt, pm), d = base.patch, base.width
     grid = (n_frames // pt, n_mels // pm)

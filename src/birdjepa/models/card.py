@@ -1,4 +1,4 @@
-"""The README.md model card of an exported encoder (birdjepa.models.export)."""
+"""The README.md model card of an exported encoder (birdjepa.models.artifact)."""
 
 import json
 import os

@@ -3,8 +3,8 @@ every recording, one row per window (see `main --help`)."""
 
 import argparse
 
-import birdjepa.models.export as export
-import birdjepa.models.runner as runner
+import birdjepa.models.artifact as export
+import birdjepa.models.recordings as runner
 
 DESCRIPTION = """\
 Embeddings of audio by a trained or imported encoder, through exactly the training transform

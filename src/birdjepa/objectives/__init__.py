@@ -9,13 +9,13 @@
 import types
 import typing
 
-import birdjepa.config.objectives
+import birdjepa.config.losses
 import birdjepa.objectives.lejepa as _lejepa
 import birdjepa.objectives.mae as _mae
 import birdjepa.objectives.probe_only as _probe_only
 import birdjepa.objectives.supervised as _supervised
 
-ObjectiveConfig = birdjepa.config.objectives.ObjectiveConfig
+ObjectiveConfig = birdjepa.config.losses.ObjectiveConfig
 
 
 MODULES: dict[str, types.ModuleType] = {

@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-import birdjepa.config.objectives
+import birdjepa.config.losses
 
-AugmentConfig = birdjepa.config.objectives.AugmentConfig
+AugmentConfig = birdjepa.config.losses.AugmentConfig
 
 LOADER_STD = 4.43
 """birdjepa.data.DEFAULT_STD: the loader's normalisation is (log mel - mean) / (2 * std)."""

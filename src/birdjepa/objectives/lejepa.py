@@ -17,12 +17,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-import birdjepa.config.objectives
+import birdjepa.config.losses
 import birdjepa.model
 import birdjepa.objectives.augment as aug
 import birdjepa.objectives.common as common
 
-LeJEPAConfig = birdjepa.config.objectives.LeJEPAConfig
+LeJEPAConfig = birdjepa.config.losses.LeJEPAConfig
 
 
 def sigreg(

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-import birdjepa.config.objectives
+import birdjepa.config.losses
 import birdjepa.model
 import birdjepa.objectives.common as common
 
-MAEConfig = birdjepa.config.objectives.MAEConfig
+MAEConfig = birdjepa.config.losses.MAEConfig
 
 
 def n_keep(cfg: MAEConfig, n_patches: int) -> int:
@@ -68,8 +68,8 @@ class Heads(eqx.Module):
 
 def init_heads(cfg: MAEConfig, encoder: birdjepa.model.ViT, n_classes: int, *, key):
     del n_classes
-    dcfg = birdjepa.config.model.resolve(
-        birdjepa.config.model.ModelConfig(width=cfg.dec_width, depth=cfg.dec_depth, n_heads=cfg.dec_heads,
+    dcfg = birdjepa.config.architecture.resolve(
+        birdjepa.config.architecture.ModelConfig(width=cfg.dec_width, depth=cfg.dec_depth, n_heads=cfg.dec_heads,
                                    compute_dtype=encoder.cfg.compute_dtype,
                                    attention=encoder.cfg.attention)
     )

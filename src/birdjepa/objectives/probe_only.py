@@ -12,10 +12,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-import birdjepa.config.objectives
+import birdjepa.config.losses
 import birdjepa.objectives.common as common
 
-ProbeOnlyConfig = birdjepa.config.objectives.ProbeOnlyConfig
+ProbeOnlyConfig = birdjepa.config.losses.ProbeOnlyConfig
 
 
 class Heads(eqx.Module):

@@ -4,11 +4,11 @@
 import equinox as eqx
 import jax
 
-import birdjepa.config.objectives
+import birdjepa.config.losses
 import birdjepa.model
 import birdjepa.objectives.common as common
 
-SupervisedConfig = birdjepa.config.objectives.SupervisedConfig
+SupervisedConfig = birdjepa.config.losses.SupervisedConfig
 
 
 class Heads(eqx.Module):

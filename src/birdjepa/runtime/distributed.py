@@ -19,9 +19,9 @@ import logging
 import jax
 import numpy as np
 
-import birdjepa.config.distributed
+import birdjepa.config.cluster
 
-DistributedConfig = birdjepa.config.distributed.DistributedConfig
+DistributedConfig = birdjepa.config.cluster.DistributedConfig
 
 logger = logging.getLogger(__name__)
 

@@ -48,11 +48,11 @@ def peak_flops(device, *, dtype: str = "bfloat16", override: float | None = None
     return None
 
 
-def _hidden(m: birdjepa.config.model.ModelConfig) -> int:
+def _hidden(m: birdjepa.config.architecture.ModelConfig) -> int:
     return int(m.width * m.mlp_ratio * (2 / 3 if m.swiglu else 1))
 
 
-def block_flops(m: birdjepa.config.model.ModelConfig, n_tokens: int) -> tuple[float, float]:
+def block_flops(m: birdjepa.config.architecture.ModelConfig, n_tokens: int) -> tuple[float, float]:
     """Forward FLOPs of all `m.depth` blocks on one sequence: (weight matmuls, attention)."""
     d = m.width
     mats = 2 * n_tokens * (4 * d * d + (3 if m.swiglu else 2) * d * _hidden(m))
@@ -60,7 +60,7 @@ def block_flops(m: birdjepa.config.model.ModelConfig, n_tokens: int) -> tuple[fl
 
 
 def encoder_flops(
-    m: birdjepa.config.model.ModelConfig, n_patches: int, *, hardware: bool
+    m: birdjepa.config.architecture.ModelConfig, n_patches: int, *, hardware: bool
 ) -> tuple[float, float]:
     """(Forward FLOPs of the encoder on one sequence of `n_patches` patches, FLOPs its blocks
     recompute in the backward pass under `m.remat`, counted only when `hardware`)."""
@@ -104,7 +104,7 @@ def _mae_flops(m, sub: birdjepa.objectives.mae.MAEConfig, n_patches: int, *, har
     """Per example: encoder on the kept patches, decoder on all of them, trained (3x)."""
     keep = birdjepa.objectives.mae.n_keep(sub, n_patches)
     fwd, recompute = encoder_flops(m, keep, hardware=hardware)
-    dec = birdjepa.config.model.resolve(birdjepa.config.model.ModelConfig(
+    dec = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(
         width=sub.dec_width, depth=sub.dec_depth, n_heads=sub.dec_heads))
     mats, attn = block_flops(dec, n_patches)
     p = m.patch[0] * m.patch[1]

@@ -28,7 +28,7 @@ import birdjepa
 import birdjepa.config
 import birdjepa.data
 import birdjepa.models
-import birdjepa.models.export
+import birdjepa.models.artifact
 import birdjepa.optim
 import birdjepa.runtime.checkpoint
 import birdjepa.runtime.distributed
@@ -285,7 +285,7 @@ def init_from(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
     """`state` with its encoder replaced by the encoder in the latest checkpoint of the run
     `cfg.init_encoder` (optimiser state, heads and probe stay freshly initialised), or by the
     encoder of an export directory or an imported model ("bird-mae-base:WEIGHTS")."""
-    if birdjepa.models.export.is_export(cfg.init_encoder) or \
+    if birdjepa.models.artifact.is_export(cfg.init_encoder) or \
             cfg.init_encoder.partition(":")[0] in birdjepa.models.IMPORTED:
         return _init_from_files(cfg, state, mesh)
     src = pathlib.Path(cfg.init_encoder)

@@ -17,9 +17,9 @@ import pyarrow.csv
 import pyarrow.parquet
 import tqdm
 
-import birdjepa.evaluate.embed as embed
-import birdjepa.evaluate.table as table
-import birdjepa.models.export as export
+import birdjepa.data.table as table
+import birdjepa.models.artifact as export
+import birdjepa.models.inference as embed
 
 RESERVED = ("file", "row", "start_s", "end_s", "class", "confidence")
 """Output column names; a dataset column of the same name is written as source_<name>."""
@@ -140,7 +140,7 @@ class Progress:
 def encode(m: export.Model, src: Source, w: embed.Windows, pools: tuple[str, ...], *,
            batch_size: int = 64, n_workers: int = 2, audio_column: str = "audio",
            progress: bool = True) -> dict[str, np.ndarray]:
-    """`birdjepa.evaluate.embed.encode` over the windows of `src`, with a progress bar."""
+    """`birdjepa.models.inference.encode` over the windows of `src`, with a progress bar."""
     batches = embed.features(src.data, w, batch_size=batch_size, audio_column=audio_column,
                              n_workers=n_workers)
     bar = Progress(len(src), progress)

@@ -27,8 +27,8 @@ import pyarrow as pa
 import birdjepa
 import birdjepa.data
 import birdjepa.data.audio
+import birdjepa.data.table as table
 import birdjepa.encoder
-import birdjepa.evaluate.table as table
 import birdjepa.model
 import birdjepa.models
 
@@ -301,7 +301,7 @@ def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | N
     """Embeddings of every window of `source` by a frozen encoder, via the training transform.
 
     `encoder_or_run_dir`: a `birdjepa.model.ViT`, a run directory (latest checkpoint, or
-    `step`), an export directory (birdjepa.models.export) or "bird-mae-base:WEIGHTS". `source`: encoded bytes, a path to an audio file, `(wave, sample_rate)`, a
+    `step`), an export directory (birdjepa.models.artifact) or "bird-mae-base:WEIGHTS". `source`: encoded bytes, a path to an audio file, `(wave, sample_rate)`, a
     `datasets.Dataset`, Arrow shards (a directory, a file or a list), or a list of audio file
     paths (row i = file i). A `wave` is (n,) or (n, channels), or (channels, n) with
     `channels_first=True`; float at full scale 1, integer scaled by its dtype's range; empty is
@@ -345,5 +345,5 @@ def write(result: dict[str, np.ndarray], path: str | os.PathLike) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit("birdjepa.evaluate.embed is the library; the command line is python -m "
+    sys.exit("birdjepa.models.inference is the library; the command line is python -m "
              "birdjepa.embed MODEL SOURCE... --out FILE.parquet (see its --help)")

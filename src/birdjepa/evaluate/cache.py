@@ -25,10 +25,10 @@ import time
 
 import numpy as np
 
+import birdjepa.data.table as table
 import birdjepa.evaluate.config as config
-import birdjepa.evaluate.embed as embed
 import birdjepa.evaluate.progress as progress
-import birdjepa.evaluate.table as table
+import birdjepa.models.inference as embed
 
 CACHE_VERSION = 2
 """Part of every cache key; bump it when `embed` changes what it computes."""

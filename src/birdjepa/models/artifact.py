@@ -24,9 +24,9 @@ import jax
 import numpy as np
 
 import birdjepa.config
-import birdjepa.config.model
+import birdjepa.config.architecture
+import birdjepa.data.table
 import birdjepa.encoder
-import birdjepa.evaluate.table
 import birdjepa.model
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.card as card
@@ -59,7 +59,7 @@ class Model:
 def _class_names(cfg: birdjepa.config.Config) -> list[str]:
     names = None
     try:
-        names = birdjepa.evaluate.table.class_names(cfg.data.train_shards,
+        names = birdjepa.data.table.class_names(cfg.data.train_shards,
                                                     cfg.data.label_column)
     except (OSError, KeyError, ValueError, TypeError):
         names = None
@@ -114,9 +114,9 @@ def load_export(out_dir: str | os.PathLike) -> Model:
     if meta.get("format") != FORMAT:
         raise ValueError(f"{out / 'config.json'}: expected format {FORMAT!r}, got "
                          f"{meta.get('format')!r}")
-    mcfg = birdjepa.config.from_dict(birdjepa.config.model.ModelConfig,
+    mcfg = birdjepa.config.from_dict(birdjepa.config.architecture.ModelConfig,
                                      birdjepa.config.strip_none(meta["model"]))
-    mcfg = birdjepa.config.model.resolve(mcfg)
+    mcfg = birdjepa.config.architecture.resolve(mcfg)
     a = meta["audio"]
     skel = eqx.filter_eval_shape(lambda: birdjepa.model.ViT(
         mcfg, n_frames=a["n_frames"], n_mels=a["n_mels"], key=jax.random.key(0)))

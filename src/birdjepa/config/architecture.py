@@ -146,5 +146,5 @@ def check_resolved(cfg: ModelConfig) -> None:
     """Raise unless `cfg` came out of `resolve` (no field left unset)."""
     unset = [k for k, v in dataclasses.asdict(cfg).items() if v is None]
     if unset:
-        raise ValueError(f"model: expected a resolved ModelConfig (birdjepa.config.model.resolve "
+        raise ValueError(f"model: expected a resolved ModelConfig (birdjepa.config.architecture.resolve "
                          f"or birdjepa.config.finalize), got unset fields {unset}")

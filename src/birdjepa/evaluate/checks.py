@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa.config
+import birdjepa.data.table as table
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.fewshot as fewshot
-import birdjepa.evaluate.table as table
 
 
 @dataclasses.dataclass(frozen=True)

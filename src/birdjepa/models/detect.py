@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pyarrow as pa
 
-import birdjepa.models.export as export
-import birdjepa.models.runner as runner
+import birdjepa.models.artifact as export
+import birdjepa.models.recordings as runner
 
 DESCRIPTION = """\
 Species detections from a model with a class head: a run directory or an export of a run
