@@ -13,6 +13,8 @@ import pytest
 from test_checkpoint import assert_bitwise, make_state
 
 import birdjepa.runtime.checkpoint as ckpt
+import birdjepa.runtime.integrity as integrity
+import birdjepa.runtime.rundir as rundir
 
 STEPS = (2, 3, 4)
 
@@ -75,11 +77,11 @@ CORRUPTIONS = {
     "loader_json_garbage": garbage("loader/metadata"),
     "meta_json_garbage": garbage("meta/metadata"),
     "empty_step_dir": empty,
-    "integrity_manifest_garbage": garbage(ckpt.MANIFEST),
+    "integrity_manifest_garbage": garbage(rundir.MANIFEST),
     # Issue 23 item 2: a step this version saved, its manifest deleted (main trusted it).
-    "integrity_manifest_deleted": lambda d: (d / ckpt.MANIFEST).unlink(),
+    "integrity_manifest_deleted": lambda d: (d / rundir.MANIFEST).unlink(),
     "bitflip_and_integrity_manifest_deleted": lambda d: (bitflip(d),
-                                                         (d / ckpt.MANIFEST).unlink()),
+                                                         (d / rundir.MANIFEST).unlink()),
 }
 # Without a manifest (an older checkpoint) only what reading detects: not the per-process copies
 # that restore never reads, nor (in general) a bit flip that decodes to finite numbers.
@@ -91,9 +93,9 @@ UNVERIFIED = sorted(set(CORRUPTIONS) - {"process_manifest_missing", "integrity_m
 def as_older_version(d: pathlib.Path) -> None:
     """Make step directory `d` look saved by a version before manifests: no manifest, and no
     record of one in its metadata."""
-    (d / ckpt.MANIFEST).unlink()
+    (d / rundir.MANIFEST).unlink()
     meta = json.loads((d / "meta" / "metadata").read_text())
-    del meta[ckpt.WRITES_MANIFEST]
+    del meta[integrity.WRITES_MANIFEST]
     (d / "meta" / "metadata").write_text(json.dumps(meta))
 
 
@@ -181,7 +183,7 @@ def test_non_finite_checkpoint_is_corrupt(ckpt_dir, monkeypatch, caplog):
     bad = state_of(5)
     bad["params"]["w"] = bad["params"]["w"].at[0, 0].set(jnp.nan)
     with monkeypatch.context() as m:
-        m.setattr(ckpt, "_nonfinite_leaf", lambda tree: None)
+        m.setattr(integrity, "nonfinite_leaf", lambda tree: None)
         with ckpt.Checkpointer(ckpt_dir, every=1, keep=5) as c:
             assert c.save(5, bad, loader={}, meta={"step": 5})
     caplog.set_level(logging.WARNING)
@@ -193,7 +195,7 @@ def test_non_finite_checkpoint_is_corrupt(ckpt_dir, monkeypatch, caplog):
 def test_save_refuses_a_non_finite_state(tmp_path):
     bad = state_of(1)
     bad["opt"][0].mu["b"] = bad["opt"][0].mu["b"].at[1].set(jnp.inf)
-    assert ckpt.all_finite(state_of(1)) and not ckpt.all_finite(bad)
+    assert integrity.all_finite(state_of(1)) and not integrity.all_finite(bad)
     with ckpt.Checkpointer(tmp_path, every=1, keep=2) as c:
         assert c.save(1, state_of(1), loader={}, meta={})
         with pytest.raises(ckpt.NonFiniteStateError, match=r"step 2 .*mu\['b'\]"):
@@ -205,9 +207,9 @@ def test_save_refuses_a_non_finite_state(tmp_path):
 def test_every_save_commits_its_manifest(tmp_path):
     with ckpt.Checkpointer(tmp_path, every=1, keep=2, async_save=False) as c:
         c.save(1, state_of(1), loader={}, meta={})
-        assert ckpt.check_files(tmp_path / "1") == (ckpt._VERIFIED, "sha256 verified")
+        assert integrity.check_files(tmp_path / "1") == (integrity.VERIFIED, "sha256 verified")
         c.save(2, state_of(2), loader={}, meta={})
-    manifest = (tmp_path / "2" / ckpt.MANIFEST).read_text()
+    manifest = (tmp_path / "2" / rundir.MANIFEST).read_text()
     assert "state/_METADATA" in manifest and "meta/metadata" in manifest
 
 
@@ -215,7 +217,7 @@ def test_rotation_keeps_the_newest_verified_step(tmp_path, monkeypatch, caplog):
     with ckpt.Checkpointer(tmp_path, every=1, keep=1) as c:
         c.save(1, state_of(1), loader={}, meta={})
         c.wait()
-        monkeypatch.setattr(ckpt, "write_manifest", lambda d: 1 / 0)  # steps 2, 3: none
+        monkeypatch.setattr(integrity, "write_manifest", lambda d: 1 / 0)  # steps 2, 3: none
         for s in (2, 3):
             c.save(s, state_of(s), loader={}, meta={})
         c.wait()

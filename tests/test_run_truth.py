@@ -127,7 +127,7 @@ def test_a_step_whose_manifest_was_deleted_is_set_aside_and_the_run_falls_back(t
     resumed from the damaged step 4 without a word."""
     import test_checkpoint_integrity as integrity
 
-    import birdjepa.runtime.checkpoint as ckpt
+    import birdjepa.runtime.rundir as rundir
 
     run_dir = tmp_path / "run"
     cfg = tiny.tiny_config(n_steps=4, ckpt_every=1, ckpt_keep=2, run_dir=str(run_dir))
@@ -137,7 +137,7 @@ def test_a_step_whose_manifest_was_deleted_is_set_aside_and_the_run_falls_back(t
     data[len(data) // 2: len(data) // 2 + 64] = bytes(b ^ 0xFF for b in data[len(data) // 2:
                                                                           len(data) // 2 + 64])
     f.write_bytes(bytes(data))
-    (run_dir / "checkpoints" / "4" / ckpt.MANIFEST).unlink()
+    (run_dir / "checkpoints" / "4" / rundir.MANIFEST).unlink()
     summary, out = stdout_of(birdjepa.train.loop.main,
                              dataclasses.replace(cfg, n_steps=5, resume="extend"),
                              loaders=tiny.tiny_loaders)

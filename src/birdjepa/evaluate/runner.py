@@ -26,7 +26,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import birdjepa.config
-import birdjepa.encoder
 import birdjepa.evaluate.cache as cache
 import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
@@ -34,9 +33,11 @@ import birdjepa.evaluate.protocol as protocol
 import birdjepa.evaluate.report as report
 import birdjepa.evaluate.results as results
 import birdjepa.models
+import birdjepa.models.artifact
 import birdjepa.models.inference as embed
 import birdjepa.params
-import birdjepa.runtime.checkpoint
+import birdjepa.runtime.integrity
+import birdjepa.runtime.rundir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,17 +60,6 @@ class Encoder:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def checkpoint_digest(run_dir: str | pathlib.Path, step: int) -> str:
-    """The content identity of checkpoint `step`: its manifest's sha256 (a step written before
-    manifests existed: the sha256 of its files' hashes, computed here)."""
-    step_dir = pathlib.Path(run_dir) / "checkpoints" / str(step)
-    manifest = step_dir / birdjepa.runtime.checkpoint.MANIFEST
-    if manifest.is_file():
-        return _sha256(manifest.read_bytes())
-    files = birdjepa.runtime.checkpoint.hash_files(step_dir)
-    return _sha256(json.dumps(files, sort_keys=True).encode())
 
 
 def params_digest(model) -> str:
@@ -129,11 +119,11 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
     runs and configs. A run that cannot be loaded is a ConfigError naming it."""
     out = []
     for run_dir in cfg.encoders:
-        if not (pathlib.Path(run_dir) / "config.toml").is_file():
+        if not birdjepa.runtime.rundir.is_run_dir(run_dir):
             out.append(_file_encoder(run_dir))  # an export or "bird-mae-base:WEIGHTS"
             continue
         try:
-            restored, static, tcfg = birdjepa.encoder.restore_state(run_dir)
+            restored, static, tcfg = birdjepa.models.artifact.restore_state(run_dir)
         except Exception as e:  # missing dir, corrupt steps, a config that does not fit
             raise birdjepa.config.ConfigError(
                 f"config key 'encoders': expected a run directory with a checkpoint that fits "
@@ -143,7 +133,7 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
             name=pathlib.Path(run_dir).resolve().name, model=model,
             run_dir=str(pathlib.Path(run_dir).resolve()), step=int(restored.step),
             config_hash=birdjepa.config.config_hash(dataclasses.asdict(tcfg)),
-            digest=checkpoint_digest(run_dir, restored.step)))
+            digest=birdjepa.runtime.integrity.checkpoint_digest(run_dir, restored.step)))
     for path in cfg.random:
         model, tcfg = random_encoder(path)
         out.append(Encoder(

@@ -2,12 +2,14 @@
 weights=PATH)`), export a run's encoder to plain files (`birdjepa.models.artifact.export`, `python -m
 birdjepa.export`),
 and `open_model(spec)`, the one resolver the command lines share (a run directory, an export
-directory, or "bird-mae-base:PATH")."""
+directory, or "bird-mae-base:PATH"). `load_encoder(path)` (also `birdjepa.load_encoder`) is the
+one way to load an encoder in Python; `birdjepa.encoder` re-exports it under its old path."""
 
 import os
 
+import equinox as eqx
+
 import birdjepa.config
-import birdjepa.encoder
 import birdjepa.model
 import birdjepa.models.artifact as _export
 import birdjepa.models.bird_mae as bird_mae
@@ -21,8 +23,13 @@ IMPORTED = tuple(bird_mae.PRESETS)
 
 
 def load_encoder(path: str | os.PathLike, *, step: int | None = None):
-    """(encoder, config) from an export directory (its files only: no Orbax, no run
-    directory) or a run directory (birdjepa.encoder.load_encoder, its latest checkpoint)."""
+    """(encoder, config) from a run directory (its latest intact checkpoint, or `step`), an
+    export directory (its files only: no Orbax, no run directory) or an imported model
+    "bird-mae-base:WEIGHTS" (config None). The encoder is the `birdjepa.model.ViT` Module:
+    `encoder(x)` on (B, T, M) log-mel clips returns its outputs (e.g. `.pooled_bd`)."""
+    name, _, weights = str(path).partition(":")
+    if name in IMPORTED and weights:
+        return bird_mae.load(name, weights), None
     if _export.is_export(path):
         m = load_export(path)
         cfg = m.info.get("config")
@@ -30,7 +37,8 @@ def load_encoder(path: str | os.PathLike, *, step: int | None = None):
             cfg = birdjepa.config.finalize(birdjepa.config.from_dict(
                 birdjepa.config.Config, birdjepa.config.strip_none(cfg)))
         return m.encoder, cfg
-    return birdjepa.encoder.load_encoder(path, step=step)
+    restored, static, cfg = _export.restore_state(path, step=step)
+    return eqx.combine(restored.state["params"]["encoder"], static["encoder"]), cfg
 
 
 def load(name: str, *, weights: str | os.PathLike) -> birdjepa.model.ViT:

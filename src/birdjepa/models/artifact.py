@@ -9,6 +9,9 @@
 and `load_export(out_dir)` reads them back with numpy and Equinox only (no Orbax, no run
 directory): the same arrays, bit for bit. `open_model(spec)` resolves what the command lines
 take as MODEL: a run directory, an export directory, or an imported model "bird-mae-base:PATH".
+`restore_state(run_dir)` reads a run directory's latest intact checkpoint for eval: the
+train-state structure is built abstractly (`eqx.filter_eval_shape`, no initialisation), Orbax
+fills it (read-only: the run may still be training).
 """
 
 import argparse
@@ -26,12 +29,13 @@ import numpy as np
 import birdjepa.config
 import birdjepa.config.architecture
 import birdjepa.data.table
-import birdjepa.encoder
 import birdjepa.model
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.card as card
 import birdjepa.models.safetensors as st
 import birdjepa.objectives.probe
+import birdjepa.params
+import birdjepa.runtime.checkpoint
 import birdjepa.runtime.rundir
 
 FORMAT = "birdjepa-encoder"
@@ -67,9 +71,28 @@ def _class_names(cfg: birdjepa.config.Config) -> list[str]:
     return list(names) if names and len(names) == n else [str(i) for i in range(n)]
 
 
+def load_config(run_dir: str | os.PathLike) -> birdjepa.config.Config:
+    """The finalized config a run saved in its run directory (config.toml)."""
+    return birdjepa.config.finalize(birdjepa.config.load(
+        birdjepa.runtime.rundir.config_file(run_dir)))
+
+
+def restore_state(run_dir: str | os.PathLike, *, step: int | None = None):
+    """(Restored checkpoint, static modules, config) of `step` (default: the latest intact)."""
+    cfg = load_config(run_dir)
+    state, static = birdjepa.params.abstract_state(cfg)
+    ckpt_dir = birdjepa.runtime.rundir.checkpoints_dir(run_dir)
+    if not ckpt_dir.is_dir():
+        raise FileNotFoundError(f"no checkpoints directory in {run_dir}")
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=cfg.ckpt_keep,
+                                                  read_only=True) as ckpt:  # it may be training
+        restored = ckpt.restore(state, step=step)
+    return restored, static, cfg
+
+
 def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:
     """A run directory's encoder, class head and audio settings."""
-    restored, static, cfg = birdjepa.encoder.restore_state(run_dir, step=step)
+    restored, static, cfg = restore_state(run_dir, step=step)
     params = restored.state["params"]
     enc = eqx.combine(params["encoder"], static["encoder"])
     if cfg.objective.name == "supervised":
@@ -143,7 +166,7 @@ def open_model(spec: str | os.PathLike) -> Model:
         return Model(enc, dict(bird_mae.AUDIO), source=s, info={"imported": name})
     if is_export(s):
         return load_export(s)
-    if (pathlib.Path(s) / "config.toml").is_file():
+    if birdjepa.runtime.rundir.is_run_dir(s):
         return from_run(s)
     raise FileNotFoundError(
         f"MODEL: expected a run directory (config.toml), an export directory (config.json + "

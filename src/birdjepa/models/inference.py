@@ -28,9 +28,9 @@ import birdjepa
 import birdjepa.data
 import birdjepa.data.audio
 import birdjepa.data.table as table
-import birdjepa.encoder
 import birdjepa.model
 import birdjepa.models
+import birdjepa.runtime.rundir
 
 POOLS = ("cls", "mean", "patches")
 
@@ -92,8 +92,8 @@ def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model
     elif isinstance(encoder_or_run_dir, birdjepa.models.Model):
         enc = encoder_or_run_dir.encoder
     elif isinstance(encoder_or_run_dir, str | os.PathLike):
-        if (pathlib.Path(encoder_or_run_dir) / "config.toml").is_file():
-            enc, _ = birdjepa.encoder.load_encoder(encoder_or_run_dir, step=step)
+        if birdjepa.runtime.rundir.is_run_dir(encoder_or_run_dir):
+            enc, _ = birdjepa.models.load_encoder(encoder_or_run_dir, step=step)
         else:
             enc = birdjepa.models.open_model(encoder_or_run_dir).encoder
     else:

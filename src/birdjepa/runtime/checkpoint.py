@@ -1,6 +1,6 @@
 """Orbax checkpoints of a run: the train-state pytree, the loader state and JSON metadata.
 
-Layout of `ckpt_dir/<step>/`: `state` (arrays: model, optimiser state, PRNG key, step), `loader`
+Layout of `ckpt_dir/<step>/` (names: birdjepa.runtime.rundir): `state` (arrays: model, optimiser state, PRNG key, step), `loader`
 (the loader's `state_dict()`, JSON), `meta` (config, its hash, code version, wandb id, JSON) and
 `birdjepa-integrity.json` (size and sha256 of every file). Orbax writes
 `<step>.orbax-checkpoint-tmp` and renames it once all is on disk: a kill mid-save leaves the
@@ -32,47 +32,32 @@ Integrity (nothing silent, nothing lost):
 - Several processes: process 0 alone hashes, renames, deletes and writes manifests; its verdict
   is broadcast, a read failure on any process fails all, and a barrier follows every rename or
   deletion, so all restore the same step. Every public method but `all_steps` is a collective.
+
+The manifest, the finite checks and the search for the newest intact step live in
+birdjepa.runtime.integrity (`IntactSteps`, the base class); this module saves, restores and
+rotates.
 """
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import pathlib
 import shutil
-import sys
 import time
 import typing
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import orbax.checkpoint as ocp
 
-import birdjepa.runtime.distributed
+import birdjepa.runtime.integrity as integrity
 
 logger = logging.getLogger(__name__)
 
 ITEMS = ("state", "loader", "meta")
-MANIFEST = "birdjepa-integrity.json"
 _TMP = ".orbax-checkpoint-tmp"
-_REWRITTEN = frozenset({"_CHECKPOINT_METADATA", "commit_success.txt", MANIFEST})
-_VERIFIED, _UNVERIFIED, _CORRUPT = 0, 1, 2
-WRITES_MANIFEST = "birdjepa_integrity_manifest"
-"""Key of the `meta` item: set (to the manifest version) by every save of this version."""
-
-
-class CorruptCheckpointError(RuntimeError):
-    """A requested step is corrupt, or no intact step remains in a checkpoint directory."""
-
-
-class NonFiniteStateError(ValueError):
-    """`save` was given a state with NaN or infinite values."""
-
-
-class _Corrupt(Exception):
-    """Internal: a step failed a check (the message is the one-line reason)."""
+CorruptCheckpointError = integrity.CorruptCheckpointError
+NonFiniteStateError = integrity.NonFiniteStateError
+all_finite = integrity.all_finite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,124 +86,6 @@ def _quiet_read_only():
         log.removeFilter(f)
 
 
-def _one_line(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _sha256(path: pathlib.Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def hash_files(step_dir: pathlib.Path) -> dict[str, list]:
-    """{relative path: [size, sha256]} of the files of a step, Orbax's rewritten ones excepted."""
-    paths = {p.relative_to(step_dir).as_posix(): p for p in step_dir.rglob("*") if p.is_file()}
-    return {rel: [p.stat().st_size, _sha256(p)] for rel, p in sorted(paths.items())
-            if rel not in _REWRITTEN}
-
-
-def write_manifest(step_dir: pathlib.Path) -> None:
-    """Hash the step's files into `step_dir/birdjepa-integrity.json` (tmp + rename)."""
-    blob = json.dumps({"version": 1, "files": hash_files(step_dir)}, indent=0, sort_keys=True)
-    tmp = step_dir / (MANIFEST + ".tmp")
-    tmp.write_text(blob)
-    tmp.rename(step_dir / MANIFEST)
-
-
-def check_files(step_dir: pathlib.Path) -> tuple[int, str]:
-    """(verdict, reason): files against the manifest; `_UNVERIFIED` when there is none."""
-    path = step_dir / MANIFEST
-    if not path.exists():
-        return (_UNVERIFIED, "no integrity manifest") if step_dir.is_dir() else (
-            _CORRUPT, "step directory vanished")
-    try:
-        files = sorted(json.loads(path.read_text())["files"].items())
-        files = [(rel, int(size), str(digest)) for rel, (size, digest) in files]
-    except Exception as e:
-        return _CORRUPT, f"unreadable {MANIFEST}: {type(e).__name__}"
-    for rel, size, digest in files:
-        f = step_dir / rel
-        if not f.is_file():
-            return _CORRUPT, f"{rel} is missing"
-        if f.stat().st_size != size:
-            return _CORRUPT, f"{rel} has {f.stat().st_size} bytes, {size} were saved"
-        if _sha256(f) != digest:
-            return _CORRUPT, f"sha256 mismatch in {rel}"
-    return (_VERIFIED, "sha256 verified") if files else (_CORRUPT, f"empty {MANIFEST}")
-
-
-@jax.jit
-def _finite_flags(leaves):
-    return jnp.stack([jnp.isfinite(x).all() for x in leaves])
-
-
-def _nonfinite_leaf(tree) -> str | None:
-    """The path of the first float leaf of `tree` with a NaN or inf, or None (one device call)."""
-    paths, leaves = [], []
-    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact):
-            paths.append(path)
-            leaves.append(x)
-    flags = np.asarray(_finite_flags(leaves)) if leaves else []
-    bad = [jax.tree_util.keystr(p) for p, ok in zip(paths, flags, strict=True) if not ok]
-    return bad[0] if bad else None
-
-
-def all_finite(tree) -> bool:
-    """Whether every float leaf of `tree` is finite (a jitted reduction; a collective)."""
-    return _nonfinite_leaf(tree) is None
-
-
-def _same_shapes(state_dir: pathlib.Path, state_like) -> bool:
-    """Whether the saved arrays have `state_like`'s shapes (True if unreadable: then a failed
-    restore is the checkpoint's fault, not the caller's)."""
-    try:
-        md = ocp.StandardCheckpointHandler().metadata(state_dir)
-        saved = sorted(tuple(x.shape) for x in jax.tree.leaves(getattr(md, "tree", md)))
-    except Exception:
-        return True
-    keys = jax.dtypes.prng_key
-    like = [jax.eval_shape(jax.random.key_data, x) if jnp.issubdtype(x.dtype, keys) else x
-            for x in jax.tree.leaves(state_like)]
-    return saved == sorted(tuple(x.shape) for x in like)
-
-
-def _quiet_closed_loop() -> None:
-    """After a failed read, tensorstore's callbacks reach Orbax's closed per-call asyncio loop
-    and Python prints "Event loop is closed" tracebacks, harmless and misleading: drop exactly
-    those (every other unraisable exception goes to the previous hook) until the Checkpointer
-    closes (`_loud_closed_loop`), so no stale hook outlives it."""
-    previous = sys.unraisablehook
-    if not getattr(previous, "birdjepa_quiet", False):
-        def hook(args):
-            if repr(args.exc_value) != "RuntimeError('Event loop is closed')":
-                previous(args)
-        hook.birdjepa_quiet = True
-        hook.previous = previous
-        sys.unraisablehook = hook
-
-
-def _loud_closed_loop() -> None:
-    current = sys.unraisablehook
-    if getattr(current, "birdjepa_quiet", False):
-        sys.unraisablehook = current.previous
-
-
-def _unreadable(e: Exception, what: str = "unreadable") -> _Corrupt:
-    _quiet_closed_loop()
-    return _Corrupt(f"{what}: {type(e).__name__}: {_one_line(e, 100)}")
-
-
-def _broadcast(value: int) -> int:
-    """Process 0's `value` on every process (a collective)."""
-    if jax.process_count() == 1:
-        return value
-    import jax.experimental.multihost_utils as mhu
-
-    return int(mhu.broadcast_one_to_all(np.int32(value)))
-
-
 def _remove_tmp_dirs(ckpt_dir: pathlib.Path) -> None:
     """Delete the temporary directories of uncommitted saves (a kill mid-save) and deletions."""
     if jax.process_index() != 0 or not ckpt_dir.is_dir():
@@ -230,7 +97,7 @@ def _remove_tmp_dirs(ckpt_dir: pathlib.Path) -> None:
         logger.warning("removed %d incomplete checkpoint(s): %s", len(removed), removed)
 
 
-class Checkpointer:
+class Checkpointer(integrity.IntactSteps):
     """A thin, opinionated wrapper over `ocp.CheckpointManager` for one run directory."""
 
     def __init__(self, ckpt_dir: str | pathlib.Path, *, every: int, keep: int,
@@ -248,9 +115,7 @@ class Checkpointer:
         if not read_only:
             _remove_tmp_dirs(self.ckpt_dir)
         self._saving: int | None = None
-        self._verified: set[int] = set()  # process 0: steps known to match their manifest
-        self._agreed_ok: set[int] = set()  # the same, as agreed by every process
-        self._corrupt: dict[int, str] = {}  # read-only: corrupt steps left in place, and why
+        self._init_integrity()
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=0 if read_only else 1,  # the interval is ours: see `save`
             max_to_keep=None,  # rotation is ours: see `_rotate`
@@ -273,7 +138,7 @@ class Checkpointer:
     def read_meta(self, step: int | None = None) -> dict:
         """The JSON metadata of `step` (default: the newest intact step), without the arrays."""
         step, (_, meta) = self._load(step, self._read_json)
-        return {k: v for k, v in meta.items() if k != WRITES_MANIFEST}  # as the caller saved it
+        return {k: v for k, v in meta.items() if k != integrity.WRITES_MANIFEST}  # as saved
 
     def restore(self, state_like: typing.Any, *, step: int | None = None) -> Restored:
         """Restore `step` (default: the newest intact one) into the structure of `state_like`,
@@ -284,7 +149,7 @@ class Checkpointer:
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_like)
         step, (state, loader, meta) = self._load(
             step, lambda s, verified: self._restore_arrays(s, verified, abstract))
-        meta = {k: v for k, v in meta.items() if k != WRITES_MANIFEST}
+        meta = {k: v for k, v in meta.items() if k != integrity.WRITES_MANIFEST}
         return Restored(step=step, state=state, loader=loader, meta=meta)
 
     def _load(self, step: int | None, load):
@@ -297,80 +162,9 @@ class Checkpointer:
             raise FileNotFoundError(f"no complete checkpoint of step {step} in {self.ckpt_dir}")
         try:
             return step, self._check(step, load)
-        except _Corrupt as e:
+        except integrity.Corrupt as e:
             where = self._set_aside(step, str(e))
             raise CorruptCheckpointError(self._line(step, str(e), where, "")) from None
-
-    def _first_intact(self, load):
-        """(step, load(step, verified)) for the newest step that passes every check, setting
-        aside the corrupt ones on the way; (None, None) when there are no steps."""
-        rejected, new = [], []
-        for step in sorted(self._mngr.all_steps(), reverse=True):
-            if step in self._corrupt:  # read-only: found before, already named
-                rejected.append((step, self._corrupt[step], None))
-                continue
-            try:
-                out = self._check(step, load)
-            except _Corrupt as e:
-                rejected.append((step, str(e), self._set_aside(step, str(e))))
-                new.append(rejected[-1])
-                continue
-            if jax.process_index() == 0:
-                for s, reason, where in new:
-                    logger.warning(self._line(s, reason, where, f"; falling back to step {step}"))
-            return step, out
-        if not rejected:
-            return None, None
-        tried = "; ".join(f"step {s}: {reason}" for s, reason, _ in rejected)
-        aside = "left in place (read-only)" if self.read_only else "moved aside to *.corrupt-*"
-        raise CorruptCheckpointError(
-            f"no intact checkpoint in {self.ckpt_dir}: {tried} ({aside}); nothing was restored")
-
-    def _check(self, step: int, load):
-        """load(step, verified) after the file check; raises `_Corrupt` on every process."""
-        verdict, reason = self._verdict(step)
-        if verdict == _CORRUPT:
-            raise _Corrupt(reason)
-        if verdict == _UNVERIFIED and WRITES_MANIFEST in self._read_json(step, False)[1]:
-            raise _Corrupt(f"no {MANIFEST}, though its metadata says this version saved it")
-        return load(step, verdict == _VERIFIED)
-
-    def _verdict(self, step: int) -> tuple[int, str]:
-        """Process 0's verdict on the step's files, agreed by every process (its cache too)."""
-        if step in self._agreed_ok:
-            return _VERIFIED, ""
-        verdict, reason = check_files(self._step_dir(step)) if jax.process_index() == 0 else (
-            0, "see process 0's log")
-        verdict = _broadcast(verdict)
-        if verdict == _VERIFIED:
-            self._agreed_ok.add(step)
-        return verdict, reason
-
-    def _agreed(self, fn):
-        """fn(), re-raising its exception; a failure on any process fails every process."""
-        try:
-            out, err = fn(), None
-        except Exception as e:
-            out, err = None, e
-        if birdjepa.runtime.distributed.any_process(err is not None):
-            raise err if err is not None else RuntimeError("failed on another process")
-        return out
-
-    def _read_json(self, step: int, verified: bool) -> tuple[dict, dict]:
-        """(loader, meta) of a step; unreadable JSON (or, unverified, state metadata) is
-        corruption."""
-        def read():
-            out = self._mngr.restore(step, args=ocp.args.Composite(
-                loader=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()))
-            if not verified:
-                ocp.StandardCheckpointHandler().metadata(self._step_dir(step) / "state")
-            if not isinstance(out["meta"], dict) or not isinstance(out["loader"], dict):
-                raise ValueError("JSON items are not objects")
-            return out["loader"], out["meta"]
-        try:
-            return self._agreed(read)
-        except Exception as e:
-            raise _unreadable(e) from None
 
     def _restore_arrays(self, step: int, verified: bool, abstract) -> tuple:
         """(state, loader, meta) of a step: read, then checked finite."""
@@ -380,62 +174,25 @@ class Checkpointer:
                 state=ocp.args.StandardRestore(abstract)))["state"])
         except Exception as e:
             # The files are as committed, or hold another structure: the caller's mistake.
-            if verified or not _same_shapes(self._step_dir(step) / "state", abstract):
+            if verified or not integrity.same_shapes(self._step_dir(step) / "state", abstract):
                 raise
-            raise _unreadable(e, "unreadable arrays") from None
-        bad = _nonfinite_leaf(state)
+            raise integrity.unreadable(e, "unreadable arrays") from None
+        bad = integrity.nonfinite_leaf(state)
         if bad is not None:
-            raise _Corrupt(f"non-finite values in state{bad}")
+            raise integrity.Corrupt(f"non-finite values in state{bad}")
         return state, loader, meta
-
-    def _step_dir(self, step: int) -> pathlib.Path:
-        return self.ckpt_dir / str(step)
-
-    def _line(self, step: int, reason: str, where: pathlib.Path | None, then: str) -> str:
-        done = "left in place (read-only)" if where is None else f"moved aside to {where}"
-        return f"checkpoint step {step} in {self.ckpt_dir} is corrupt ({reason}): {done}{then}"
-
-    def _set_aside(self, step: int, reason: str) -> pathlib.Path | None:
-        """Rename a corrupt step out of Orbax's sight (never deleted); None when read-only."""
-        self._verified.discard(step)
-        self._agreed_ok.discard(step)
-        if self.read_only:
-            self._corrupt[step] = reason
-            return None
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        where = self.ckpt_dir / f"{step}.corrupt-{stamp}"
-        if jax.process_index() == 0:
-            n = 0
-            while where.exists():
-                n += 1
-                where = self.ckpt_dir / f"{step}.corrupt-{stamp}-{n}"
-            self._step_dir(step).rename(where)
-        self._resync(f"ckpt-set-aside-{step}")
-        return where
-
-    def _resync(self, name: str) -> None:
-        birdjepa.runtime.distributed.barrier(name)
-        self._mngr.reload()
-        self._agreed_ok &= set(self._mngr.all_steps())
 
     def _write_manifest(self) -> None:
         """Orbax's post-finalization callback: process 0, background thread, before the commit."""
         step = self._saving
         try:
             tmp = self.ckpt_dir / f"{step}{_TMP}"
-            write_manifest(tmp if tmp.is_dir() else self._step_dir(step))
+            integrity.write_manifest(tmp if tmp.is_dir() else self._step_dir(step))
             self._verified.add(step)
         except Exception as e:  # an exception here would lose the step at once
             logger.warning("checkpoint step %s in %s: no integrity manifest written (%s); a "
                            "restore will set it aside as corrupt", step, self.ckpt_dir,
-                           _one_line(e))
-
-    def _newest_verified(self, steps: list[int]) -> int | None:
-        for step in reversed(steps):
-            if step in self._verified or check_files(self._step_dir(step))[0] == _VERIFIED:
-                self._verified.add(step)
-                return step
-        return None
+                           integrity.one_line(e))
 
     def _rotate(self) -> None:
         """Delete all but the newest `keep` steps, never the newest verified one."""
@@ -461,14 +218,14 @@ class Checkpointer:
         with a non-finite float leaf raises `NonFiniteStateError` and nothing is written."""
         if not (force or step % self.every == 0) or step in self._mngr.all_steps():
             return False
-        bad = _nonfinite_leaf(state)
+        bad = integrity.nonfinite_leaf(state)
         if bad is not None:
             raise NonFiniteStateError(
                 f"refusing to checkpoint step {step} to {self.ckpt_dir}: non-finite values in "
                 f"state{bad}; the checkpoints already there are kept")
         self._finish()
         self._saving = step
-        meta = {**meta, WRITES_MANIFEST: 1}
+        meta = {**meta, integrity.WRITES_MANIFEST: 1}
         args = ocp.args.Composite(state=ocp.args.StandardSave(state),
                                   loader=ocp.args.JsonSave(loader), meta=ocp.args.JsonSave(meta))
         saved = self._mngr.save(step, args=args, force=True)
@@ -489,10 +246,14 @@ class Checkpointer:
     def close(self) -> None:
         self._finish()
         self._mngr.close()
-        _loud_closed_loop()
+        integrity.loud_closed_loop()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+    def digest(self, step: int) -> str:
+        """The identity of `step`: its manifest's sha256 (birdjepa.runtime.integrity.digest)."""
+        return integrity.digest(self._step_dir(step))

@@ -1,12 +1,19 @@
 """The run directory: its layout, its identity and who owns it. No JAX here, so the launcher and
-notebooks can read a run directory cheaply.
+notebooks can read a run directory cheaply. This module is the one place that spells the names
+inside a run (tests/test_structure.py checks that no other module does):
 
-    <run_dir>/run_id          the run's id (the wandb id), kept across resumes
-    <run_dir>/lock            flock'ed by the process that trains in it (pid and host inside)
-    <run_dir>/config.toml     the finalized config
-    <run_dir>/metrics.jsonl   one JSON row per logged step
-    <run_dir>/checkpoints/    Orbax steps (birdjepa.runtime.checkpoint)
-    <run_dir>/COMPLETE        written last, with the summary, once training finished
+    <run_dir>/run_id                    the run's id (the wandb id), kept across resumes
+    <run_dir>/lock                      flock'ed by the process that trains in it (pid, host)
+    <run_dir>/config.toml               the finalized config
+    <run_dir>/metrics.jsonl             one JSON row per logged step
+    <run_dir>/curves.png                the loss/accuracy plot
+    <run_dir>/checkpoints/<step>/       Orbax steps (birdjepa.runtime.checkpoint)
+    <run_dir>/checkpoints/<step>/birdjepa-integrity.json   the step's manifest (size, sha256)
+    <run_dir>/checkpoints.old-<time>/   checkpoints set aside by resume="never"
+    <run_dir>/COMPLETE                  written last, with the summary, once training finished
+
+A checkpoint's identity is the sha256 of its manifest
+(`birdjepa.runtime.integrity.checkpoint_digest`): evaluate's cache and exports name a step by it.
 """
 
 import dataclasses
@@ -16,6 +23,7 @@ import json
 import os
 import pathlib
 import socket
+import time
 
 import birdjepa.config
 
@@ -23,6 +31,50 @@ COMPLETE = "COMPLETE"
 """Marker file written into a run directory when its training has finished."""
 RUN_ID = "run_id"
 LOCK = "lock"
+CONFIG = "config.toml"
+METRICS = "metrics.jsonl"
+CURVES = "curves.png"
+CHECKPOINTS = "checkpoints"
+MANIFEST = "birdjepa-integrity.json"
+"""The integrity manifest inside each step directory (written by birdjepa.runtime.integrity)."""
+
+
+def config_file(run_dir: str | pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(run_dir) / CONFIG
+
+
+def metrics_file(run_dir: str | pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(run_dir) / METRICS
+
+
+def curves_file(run_dir: str | pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(run_dir) / CURVES
+
+
+def checkpoints_dir(run_dir: str | pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(run_dir) / CHECKPOINTS
+
+
+def step_dir(ckpt_dir: str | pathlib.Path, step: int) -> pathlib.Path:
+    """The directory of checkpoint `step` inside a checkpoints directory."""
+    return pathlib.Path(ckpt_dir) / str(step)
+
+
+def old_checkpoints_dir(run_dir: str | pathlib.Path) -> pathlib.Path:
+    """Where resume="never" moves a run's checkpoints (and their metrics) aside."""
+    return pathlib.Path(run_dir) / f"{CHECKPOINTS}.old-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def is_run_dir(path: str | pathlib.Path) -> bool:
+    """Whether `path` is a training run directory (it holds config.toml)."""
+    return config_file(path).is_file()
+
+
+def find_checkpoints(path: str | pathlib.Path) -> pathlib.Path:
+    """The checkpoints directory of a run directory, or `path` itself (already one)."""
+    ckpt = checkpoints_dir(path)
+    return ckpt if ckpt.is_dir() else pathlib.Path(path)
+
 
 
 class RunDirBusy(birdjepa.config.ConfigError):

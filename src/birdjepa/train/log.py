@@ -8,6 +8,7 @@ import time
 import typing
 
 import birdjepa.config
+import birdjepa.runtime.rundir
 
 
 def _jsonable(v):
@@ -29,7 +30,7 @@ class Logger:
         enabled: bool = True,
     ):
         """`enabled=False` (every process but the first) logs nothing."""
-        self.path = run_dir / "metrics.jsonl"
+        self.path = birdjepa.runtime.rundir.metrics_file(run_dir)
         self.file = open(self.path, "a") if enabled else None
         self.run = None
         mode = os.environ.get("WANDB_MODE", cfg.wandb.mode)

@@ -11,6 +11,7 @@ import jax
 
 import birdjepa.config
 import birdjepa.runtime.distributed
+import birdjepa.runtime.rundir
 import birdjepa.train.feed
 import birdjepa.train.flops
 import birdjepa.train.log
@@ -84,7 +85,8 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
     logger = birdjepa.train.log.Logger(run.dir, cfg, run.meta["config"], enabled=run.is_main)
     guard = birdjepa.train.step.NonFiniteGuard(cfg.max_nonfinite)
     rate = make_rate_window(cfg)
-    summary = Summary(birdjepa.train.log.last_finite_loss(run.dir / "metrics.jsonl"))
+    summary = Summary(birdjepa.train.log.last_finite_loss(
+        birdjepa.runtime.rundir.metrics_file(run.dir)))
     progress = birdjepa.train.log.Progress(cfg.n_steps, enabled=run.is_main)
     preempted, pending = False, None
     t_start = time.perf_counter()

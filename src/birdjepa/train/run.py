@@ -121,7 +121,7 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
     if is_main:  # after the resume checks: a refused command leaves the run as it was
         birdjepa.runtime.rundir.clear_complete(run_dir)  # n_steps was extended: train on
         birdjepa.runtime.rundir.keep_run_id(run_dir, cfg.run_id)
-        (run_dir / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+        birdjepa.runtime.rundir.config_file(run_dir).write_text(birdjepa.config.to_toml(cfg))
     cfg_dict = dataclasses.asdict(cfg)
     meta = {"config": cfg_dict, "config_hash": birdjepa.config.config_hash(cfg_dict),
             "code_version": code_version(), "wandb_id": cfg.run_id, "lr_cap": 1.0}
@@ -138,7 +138,8 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
     elif cfg.init_encoder:
         state = init_from(cfg, state, mesh)
     if is_main:  # rows logged after the checkpoint we start from belong to a lost future
-        birdjepa.train.log.truncate(run_dir / "metrics.jsonl", after_step=resume_step or 0)
+        birdjepa.train.log.truncate(birdjepa.runtime.rundir.metrics_file(run_dir),
+                                    after_step=resume_step or 0)
     owns = loaders is None or callable(loaders)
     train, evals = _open_loaders(cfg, loaders, train_state)
     return Run(cfg=cfg, dir=run_dir, is_main=is_main, ckpt=ckpt, state=state, static=static,
@@ -163,7 +164,7 @@ def lr_cap(cfg: birdjepa.config.Config, saved_meta: dict, step: int, is_main: bo
 
 def _open_checkpoints(cfg, run_dir: pathlib.Path):
     """(Checkpointer, the step to resume from or None), applying cfg.resume."""
-    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir = birdjepa.runtime.rundir.checkpoints_dir(run_dir)
     ckpt = birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every, keep=cfg.ckpt_keep)
     latest = ckpt.latest_step()
     if latest is None:
@@ -171,10 +172,11 @@ def _open_checkpoints(cfg, run_dir: pathlib.Path):
     if cfg.resume == "never":
         ckpt.close()
         if jax.process_index() == 0:
-            aside = run_dir / f"checkpoints.old-{time.strftime('%Y%m%d-%H%M%S')}"
+            aside = birdjepa.runtime.rundir.old_checkpoints_dir(run_dir)
             shutil.move(ckpt_dir, aside)
-            if (run_dir / "metrics.jsonl").exists():  # the old run's rows go with its checkpoints
-                shutil.move(run_dir / "metrics.jsonl", aside / "metrics.jsonl")
+            metrics = birdjepa.runtime.rundir.metrics_file(run_dir)
+            if metrics.exists():  # the old run's rows go with its checkpoints
+                shutil.move(metrics, birdjepa.runtime.rundir.metrics_file(aside))
             print(f"resume=never: moved existing checkpoints to {aside}", flush=True)
         birdjepa.runtime.distributed.barrier("resume-never")
         return birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every,
@@ -289,7 +291,7 @@ def init_from(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
             cfg.init_encoder.partition(":")[0] in birdjepa.models.IMPORTED:
         return _init_from_files(cfg, state, mesh)
     src = pathlib.Path(cfg.init_encoder)
-    ckpt_dir = src / "checkpoints" if (src / "checkpoints").is_dir() else src
+    ckpt_dir = birdjepa.runtime.rundir.find_checkpoints(src)
     if not ckpt_dir.is_dir():
         raise birdjepa.config.ConfigError(
             f"init_encoder: expected a run directory or its checkpoints/ directory, "
@@ -387,5 +389,6 @@ def finish(run: Run, state: dict, summary: dict, *, nonfinite_run: int = 0) -> N
     if why is not None:
         raise UnsoundRunError(f"run {run.cfg.run_id} not marked complete: {why}")
     if run.is_main:
-        birdjepa.train.log.plot(run.dir / "metrics.jsonl", run.dir / "curves.png")
+        birdjepa.train.log.plot(birdjepa.runtime.rundir.metrics_file(run.dir),
+                                birdjepa.runtime.rundir.curves_file(run.dir))
         birdjepa.runtime.rundir.mark_complete(run.dir, summary)
