@@ -1,10 +1,7 @@
-"""`birdjepa.audio`: the public name of `birdjepa.data.audio` (decode, resample, fbank, clip).
+"""`birdjepa.audio`: the public name of the audio transforms (decode, resample, fbank, clip),
+defined in `birdjepa.data.audio`. A plain re-export of the same functions: to patch one, patch it
+in `birdjepa.data.audio`, where the package's own code looks it up."""
 
-The module object is the same (`birdjepa.audio is birdjepa.data.audio`), so attributes set on
-one are seen through the other."""
+from birdjepa.data.audio import as_mono, clip, decode, fbank, info, resample
 
-import sys
-
-import birdjepa.data.audio
-
-sys.modules[__name__] = birdjepa.data.audio
+__all__ = ["as_mono", "clip", "decode", "fbank", "info", "resample"]

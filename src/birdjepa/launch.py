@@ -1,11 +1,24 @@
-"""`python -m birdjepa.launch --sweep FILE ...`: the public name of `birdjepa.runtime.launch`.
-
-The module object is the same (`birdjepa.launch is birdjepa.runtime.launch`)."""
+"""`python -m birdjepa.launch --sweep FILE ...`: the public name of `birdjepa.runtime.launch`
+(sweeps on Slurm or local processes). A plain re-export of the same names, and an entry point."""
 
 import sys
 
-import birdjepa.runtime.launch
+from birdjepa.runtime.launch import (
+    LaunchConfig,
+    SlurmConfig,
+    SweepError,
+    check_shards,
+    is_complete,
+    launch,
+    load_sweep,
+    main,
+    make_executor,
+    resolve,
+    run_id_for,
+)
+
+__all__ = ["LaunchConfig", "SlurmConfig", "SweepError", "check_shards", "is_complete", "launch",
+           "load_sweep", "main", "make_executor", "resolve", "run_id_for"]
 
 if __name__ == "__main__":
-    sys.exit(birdjepa.runtime.launch.main())
-sys.modules[__name__] = birdjepa.runtime.launch
+    sys.exit(main())

@@ -1,11 +1,12 @@
-"""`birdjepa.sources`: the public name of `birdjepa.data.sources` (how shard arguments resolve).
-
-The module object is the same (`birdjepa.sources is birdjepa.data.sources`)."""
+"""`birdjepa.sources`: the public name of `birdjepa.data.sources` (how shard arguments resolve),
+and `python -m birdjepa.sources pack SRC DST ...` (birdjepa.data.pack). A plain re-export of the
+same functions, and an entry point."""
 
 import sys
 
-import birdjepa.data.sources
+from birdjepa.data.sources import class_names, main, resolve
+
+__all__ = ["class_names", "main", "resolve"]
 
 if __name__ == "__main__":
-    sys.exit(birdjepa.data.sources.main())
-sys.modules[__name__] = birdjepa.data.sources
+    sys.exit(main())
