@@ -122,36 +122,17 @@ def _make_config(config: data_config.LoaderConfig | None, settings: dict
     return config if config is not None else data_config.LoaderConfig(**settings)
 
 
-class Loader:
-    """Deterministic batches over Arrow shards; see the module docstring and
-    `birdjepa.data.LoaderConfig`.
-
-    `Loader(shards, batch_size=..., **settings)` or `Loader(shards, batch_size=...,
-    config=LoaderConfig(...))` (settings passed beside `config` override it; a training
-    config's `data` section is a LoaderConfig). The run's own arguments: `batch_size` (global,
-    all processes together; each gets batch_size // process_count), `mode` ("train": infinite,
-    reshuffled every epoch, random crops; "eval": one pass in index order, centre crops, last
-    batch padded), `seed` (the order and the crops), `process_index`/`process_count` (this
-    process yields slots [i * b, (i + 1) * b) of each global batch), `n_classes` (multi-hot width
-    of a list<int> label column; 0 takes the number of its ClassLabel names). `shards` and
-    `split` as `resolve_shards` takes them; `state` (from `state_dict()`) resumes a stream.
-    Opening reads the label column once: `label_range` is its min/max and where they are,
-    labels below -1 are a DatasetError (-1 and nulls mean "no label"); `multilabel` says whether
-    it is a list column and `class_names` are its ClassLabel names (None if absent);
-    `n_classes` is their number (an explicit n_classes must agree), else n_classes as given.
-    Path-only audio (bytes null and a path, or a string column of paths) is read from the files,
-    resolved with `audio_root` / `path_map`; opening checks a sample of them (`check_paths`). Each
-    `iter(loader)` in eval mode after the first batch of a pass starts a new pass.
-    """
+class _OpenedShards:
+    """The opening half of a `Loader`: settings and run arguments checked, shards resolved and
+    opened in Rust (labels and a sample of audio paths checked), the stream's config and
+    fingerprint derived, and a saved state checked against them. `Loader` iterates."""
 
     _TEST_TRANSFORMS: tuple[str, ...] = ()
 
-    def __init__(self, shards, *, batch_size: int, mode: str = "train", seed: int = 0,
-                 process_index: int = 0, process_count: int = 1, n_classes: int = 0,
-                 split: str | None = None, state: dict | None = None,
-                 config: data_config.LoaderConfig | None = None, transform: str = "audio",
-                 debug_delay_s: float = 0.0, **settings):
-        self._core = None
+    def _open_checked(self, shards, split, config, settings, *, mode, transform, batch_size,
+                      seed, process_index, process_count, n_classes, debug_delay_s) -> None:
+        """Check the settings and run arguments, open and check the shards, and derive the
+        stream's config, fingerprint and the JSON the Rust core runs with."""
         cfg = self.cfg = _make_config(config, settings).check()
         self._check_run_args(mode, transform, batch_size, seed, n_classes)
         self.mode, self.batch_size, self.seed = mode, int(batch_size), int(seed)
@@ -177,12 +158,6 @@ class Loader:
         self._json = data_config.rust_json(cfg, {
             **run, "process_index": self.process_index, "process_count": self.process_count,
             "n_classes": stream_classes, "debug_delay_s": self.debug_delay_s})
-        start = 0 if state is None else self._check_state(state)
-        self._by_kind: dict[str, int] = {}
-        self._failures_seen = 0
-        self._wait_s = 0.0
-        self._yielded = 0
-        self._start(start)
 
     def _check_run_args(self, mode, transform, batch_size, seed, n_classes) -> None:
         """The run arguments Rust cannot word as well (the mode, the test-only transform,
@@ -224,6 +199,66 @@ class Loader:
         shard_list = [(os.path.basename(p), rows) for p, rows, _ in self._dataset.shards()]
         shards_hash = hashlib.sha256(json.dumps(shard_list).encode()).hexdigest()[:16]
         return {"n_shards": len(shard_list), "n_rows": self.n_samples, "shards_hash": shards_hash}
+
+    def _check_state(self, state: dict) -> int:
+        err = birdjepa._rs.StateMismatchError
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            got = state.get("version") if isinstance(state, dict) else type(state).__name__
+            raise err(f"loader state mismatch: expected version {STATE_VERSION}, got {got!r}")
+        if state.get("fingerprint") != self.fingerprint:
+            theirs = state.get("config", {})
+            diffs = [
+                f"{k}: state has {theirs.get(k)!r}, loader has {self.config.get(k)!r}"
+                for k in sorted(set(self.config) | set(theirs))
+                if theirs.get(k) != self.config.get(k)
+            ]
+            detail = "; ".join(diffs) if diffs else "fingerprint differs"
+            raise err(f"loader state mismatch: {detail}")
+        step = state.get("step")
+        if not isinstance(step, int) or step < 0:
+            raise err(f"loader state mismatch: expected a step >= 0, got {step!r}")
+        return step
+
+
+class Loader(_OpenedShards):
+    """Deterministic batches over Arrow shards; see the module docstring and
+    `birdjepa.data.LoaderConfig`.
+
+    `Loader(shards, batch_size=..., **settings)` or `Loader(shards, batch_size=...,
+    config=LoaderConfig(...))` (settings passed beside `config` override it; a training
+    config's `data` section is a LoaderConfig). The run's own arguments: `batch_size` (global,
+    all processes together; each gets batch_size // process_count), `mode` ("train": infinite,
+    reshuffled every epoch, random crops; "eval": one pass in index order, centre crops, last
+    batch padded), `seed` (the order and the crops), `process_index`/`process_count` (this
+    process yields slots [i * b, (i + 1) * b) of each global batch), `n_classes` (multi-hot width
+    of a list<int> label column; 0 takes the number of its ClassLabel names). `shards` and
+    `split` as `resolve_shards` takes them; `state` (from `state_dict()`) resumes a stream.
+    Opening reads the label column once: `label_range` is its min/max and where they are,
+    labels below -1 are a DatasetError (-1 and nulls mean "no label"); `multilabel` says whether
+    it is a list column and `class_names` are its ClassLabel names (None if absent);
+    `n_classes` is their number (an explicit n_classes must agree), else n_classes as given.
+    Path-only audio (bytes null and a path, or a string column of paths) is read from the files,
+    resolved with `audio_root` / `path_map`; opening checks a sample of them (`check_paths`). Each
+    `iter(loader)` in eval mode after the first batch of a pass starts a new pass.
+    """
+
+    def __init__(self, shards, *, batch_size: int, mode: str = "train", seed: int = 0,
+                 process_index: int = 0, process_count: int = 1, n_classes: int = 0,
+                 split: str | None = None, state: dict | None = None,
+                 config: data_config.LoaderConfig | None = None, transform: str = "audio",
+                 debug_delay_s: float = 0.0, **settings):
+        self._core = None
+        self._open_checked(shards, split, config, settings, mode=mode, transform=transform,
+                           batch_size=batch_size, seed=seed, process_index=process_index,
+                           process_count=process_count, n_classes=n_classes,
+                           debug_delay_s=debug_delay_s)
+        start = 0 if state is None else self._check_state(state)
+        self._by_kind: dict[str, int] = {}
+        self._failures_seen = 0
+        self._wait_s = 0.0
+        self._yielded = 0
+        self._start(start)
+
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -311,25 +346,6 @@ class Loader:
             "fingerprint": self.fingerprint,
             "config": dict(self.config),
         }
-
-    def _check_state(self, state: dict) -> int:
-        err = birdjepa._rs.StateMismatchError
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            got = state.get("version") if isinstance(state, dict) else type(state).__name__
-            raise err(f"loader state mismatch: expected version {STATE_VERSION}, got {got!r}")
-        if state.get("fingerprint") != self.fingerprint:
-            theirs = state.get("config", {})
-            diffs = [
-                f"{k}: state has {theirs.get(k)!r}, loader has {self.config.get(k)!r}"
-                for k in sorted(set(self.config) | set(theirs))
-                if theirs.get(k) != self.config.get(k)
-            ]
-            detail = "; ".join(diffs) if diffs else "fingerprint differs"
-            raise err(f"loader state mismatch: {detail}")
-        step = state.get("step")
-        if not isinstance(step, int) or step < 0:
-            raise err(f"loader state mismatch: expected a step >= 0, got {step!r}")
-        return step
 
     # -- diagnostics ----------------------------------------------------------------------------
 
