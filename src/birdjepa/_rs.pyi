@@ -23,6 +23,11 @@ class LoaderError(Error, RuntimeError): ...
 def _error_classes() -> dict[str, type[Exception]]:
     """The exception class each core error variant maps to, by variant name (for the tests)."""
 
+def _resolve_audio_path(stored: str, shard_dir: str, audio_root: str = "",
+                        path_map: dict[str, str] | None = None) -> str:
+    """The file a stored audio path resolves to by the loader's rule (for the parity test with
+    birdjepa.data.paths.resolve)."""
+
 # --- audio (rust/src/python/audio.rs) ---
 
 FBANK_OPTIONS: list[str]

@@ -90,11 +90,32 @@ fn _error_classes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// The file a stored audio path resolves to, by the loader's rule (`ReadOptions::resolve`); for
+/// the parity test with birdjepa.data.paths.resolve.
+#[pyfunction]
+#[pyo3(signature = (stored, shard_dir, audio_root="", path_map=None))]
+fn _resolve_audio_path(
+    stored: &str,
+    shard_dir: &str,
+    audio_root: &str,
+    path_map: Option<std::collections::BTreeMap<String, String>>,
+) -> String {
+    let o = crate::shards::ReadOptions {
+        audio_root: (!audio_root.is_empty()).then(|| audio_root.into()),
+        path_map: path_map.unwrap_or_default(),
+        ..Default::default()
+    };
+    o.resolve(stored, std::path::Path::new(shard_dir))
+        .display()
+        .to_string()
+}
+
 #[pymodule]
 fn _rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     exceptions::register(m)?;
     m.add_function(wrap_pyfunction!(_error_classes, m)?)?;
+    m.add_function(wrap_pyfunction!(_resolve_audio_path, m)?)?;
     audio::register(m)?;
     loader::register(m)?;
     Ok(())

@@ -3,14 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
-};
 use arrow_array::{Array, ArrayRef, BinaryArray, LargeBinaryArray, RecordBatch};
 use arrow_buffer::{Buffer, NullBuffer};
 use arrow_schema::{DataType, Schema};
 
-use super::extra::{is_events, is_number, is_str, numbers, RowEvents, StrCol};
+use super::extra::{
+    is_events, is_number, is_str, label_type_error, labels_opt, list_parts, numbers, RowEvents,
+    StrCol,
+};
 use super::ipc::ds_err;
 use super::paths::ReadOptions;
 use crate::error::Result;
@@ -156,24 +156,12 @@ pub(super) struct RowLabels {
 impl RowLabels {
     /// Read `a` (rows `first_row..` of its shard); errors name the file, row and column.
     pub(super) fn read(path: &Path, column: &str, a: &ArrayRef, first_row: u64) -> Result<Self> {
-        let (offsets, child): (Vec<usize>, _) = match a.data_type() {
-            DataType::List(_) => {
-                let l = a.as_list::<i32>();
-                let o = l.value_offsets().iter().map(|&x| x as usize).collect();
-                (o, l.values().clone())
-            }
-            DataType::LargeList(_) => {
-                let l = a.as_list::<i64>();
-                let o = l.value_offsets().iter().map(|&x| x as usize).collect();
-                (o, l.values().clone())
-            }
-            _ => {
-                let values = labels_opt(path, column, a, first_row)?;
-                return Ok(RowLabels {
-                    offsets: (0..=values.len()).collect(),
-                    values,
-                });
-            }
+        let Some((offsets, child)) = list_parts(a) else {
+            let values = labels_opt(path, column, a, first_row)?;
+            return Ok(RowLabels {
+                offsets: (0..=values.len()).collect(),
+                values,
+            });
         };
         // The child's own row numbers are not the table's: name the table row on errors.
         let all = labels_opt(path, column, &child, 0).map_err(|_| {
@@ -229,69 +217,6 @@ impl RowLabels {
     pub(super) fn first(&self, r: usize) -> i64 {
         self.row(r).iter().flatten().copied().next().unwrap_or(-1)
     }
-}
-
-/// The labels of `a` (None for nulls); a uint64 label past int64 is an error naming its row
-/// (`first_row` is the row of `a[0]` in the shard).
-pub(super) fn labels_opt(
-    path: &Path,
-    column: &str,
-    a: &ArrayRef,
-    first_row: u64,
-) -> Result<Vec<Option<i64>>> {
-    macro_rules! conv {
-        ($t:ty) => {
-            a.as_primitive::<$t>()
-                .iter()
-                .map(|v| v.map(|v| v as i64))
-                .collect()
-        };
-    }
-    Ok(match a.data_type() {
-        DataType::Int8 => conv!(Int8Type),
-        DataType::Int16 => conv!(Int16Type),
-        DataType::Int32 => conv!(Int32Type),
-        DataType::Int64 => conv!(Int64Type),
-        DataType::UInt8 => conv!(UInt8Type),
-        DataType::UInt16 => conv!(UInt16Type),
-        DataType::UInt32 => conv!(UInt32Type),
-        DataType::UInt64 => {
-            let v = a.as_primitive::<UInt64Type>();
-            let mut out = Vec::with_capacity(v.len());
-            for (i, x) in v.iter().enumerate() {
-                out.push(match x {
-                    None => None,
-                    Some(x) => Some(i64::try_from(x).map_err(|_| {
-                        ds_err(
-                            path,
-                            format!(
-                                "row {}, column '{column}': label {x} does not fit in int64",
-                                first_row + i as u64
-                            ),
-                        )
-                    })?),
-                });
-            }
-            out
-        }
-        t => return Err(ds_err(path, label_type_error(column, t))),
-    })
-}
-
-/// "expected an integer label type", with a hint for string labels.
-fn label_type_error(column: &str, t: &DataType) -> String {
-    let hint = if matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) {
-        format!(
-            " (string labels: encode them as class ids first, e.g. \
-             ds = ds.class_encode_column('{column}'), then save_to_disk)"
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        "column '{column}': expected an integer label type (int64) or a list of them \
-         (list<int64>, multilabel), got {t}{hint}"
-    )
 }
 
 enum BytesCol {

@@ -1,14 +1,17 @@
-//! The optional per-row columns: audio paths (strings), event times (list<[start, end]>) and
-//! segment bounds (two number columns).
+//! Column readers below the record batch: integer labels, list offsets, and the optional per-row
+//! columns: audio paths (strings), event times (list<[start, end]>) and segment bounds (two
+//! number columns). batch.rs builds on this module, never the reverse.
 
 use std::path::Path;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float32Type, Float64Type};
+use arrow_array::types::{
+    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
+    UInt64Type, UInt8Type,
+};
 use arrow_array::{Array, ArrayRef, LargeStringArray, StringArray};
 use arrow_schema::DataType;
 
-use super::batch::labels_opt;
 use super::ipc::ds_err;
 use crate::error::Result;
 
@@ -74,8 +77,71 @@ pub(super) fn numbers(path: &Path, column: &str, a: &ArrayRef) -> Result<Vec<Opt
     })
 }
 
+/// The labels of `a` (None for nulls); a uint64 label past int64 is an error naming its row
+/// (`first_row` is the row of `a[0]` in the shard).
+pub(super) fn labels_opt(
+    path: &Path,
+    column: &str,
+    a: &ArrayRef,
+    first_row: u64,
+) -> Result<Vec<Option<i64>>> {
+    macro_rules! conv {
+        ($t:ty) => {
+            a.as_primitive::<$t>()
+                .iter()
+                .map(|v| v.map(|v| v as i64))
+                .collect()
+        };
+    }
+    Ok(match a.data_type() {
+        DataType::Int8 => conv!(Int8Type),
+        DataType::Int16 => conv!(Int16Type),
+        DataType::Int32 => conv!(Int32Type),
+        DataType::Int64 => conv!(Int64Type),
+        DataType::UInt8 => conv!(UInt8Type),
+        DataType::UInt16 => conv!(UInt16Type),
+        DataType::UInt32 => conv!(UInt32Type),
+        DataType::UInt64 => {
+            let v = a.as_primitive::<UInt64Type>();
+            let mut out = Vec::with_capacity(v.len());
+            for (i, x) in v.iter().enumerate() {
+                out.push(match x {
+                    None => None,
+                    Some(x) => Some(i64::try_from(x).map_err(|_| {
+                        ds_err(
+                            path,
+                            format!(
+                                "row {}, column '{column}': label {x} does not fit in int64",
+                                first_row + i as u64
+                            ),
+                        )
+                    })?),
+                });
+            }
+            out
+        }
+        t => return Err(ds_err(path, label_type_error(column, t))),
+    })
+}
+
+/// "expected an integer label type", with a hint for string labels.
+pub(super) fn label_type_error(column: &str, t: &DataType) -> String {
+    let hint = if matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) {
+        format!(
+            " (string labels: encode them as class ids first, e.g. \
+             ds = ds.class_encode_column('{column}'), then save_to_disk)"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "column '{column}': expected an integer label type (int64) or a list of them \
+         (list<int64>, multilabel), got {t}{hint}"
+    )
+}
+
 /// (offsets of each element, child array) of a list array.
-fn list_parts(a: &ArrayRef) -> Option<(Vec<usize>, ArrayRef)> {
+pub(super) fn list_parts(a: &ArrayRef) -> Option<(Vec<usize>, ArrayRef)> {
     Some(match a.data_type() {
         DataType::List(_) => {
             let l = a.as_list::<i32>();

@@ -25,7 +25,7 @@ pub struct ReadOptions {
     pub segment_columns: Option<(String, String)>,
     /// Relative paths resolve against this directory (default: the shard's directory).
     pub audio_root: Option<PathBuf>,
-    /// Stored path prefix -> local prefix (the longest matching prefix wins).
+    /// Stored leading path components -> local ones (the longest matching key wins).
     pub path_map: BTreeMap<String, String>,
 }
 
@@ -58,15 +58,17 @@ impl ReadOptions {
         }
     }
 
-    /// The file a stored path names: `path_map` applied to its prefix, then a relative path
-    /// joined to `audio_root` (or to `shard_dir`, the directory of the shard that stores it).
+    /// The file a stored path names: `path_map` applied to its leading path components (the
+    /// longest matching key wins; `/old/run1` maps `/old/run1/x.wav`, never `/old/run10/x.wav`),
+    /// then a relative path joined to `audio_root` (or to `shard_dir`, the directory of the
+    /// shard that stores it). birdjepa.data.paths.resolve is the same rule in Python.
     pub fn resolve(&self, stored: &str, shard_dir: &Path) -> PathBuf {
         let mapped = self
             .path_map
             .iter()
-            .filter(|(from, _)| stored.starts_with(from.as_str()))
-            .max_by_key(|(from, _)| from.len())
-            .map(|(from, to)| format!("{to}{}", &stored[from.len()..]));
+            .filter_map(|(from, to)| Some((from, to, strip_components(stored, from)?)))
+            .max_by_key(|(from, _, _)| from.trim_end_matches('/').len())
+            .map(|(_, to, rest)| format!("{}{rest}", to.trim_end_matches('/')));
         let p = PathBuf::from(mapped.as_deref().unwrap_or(stored));
         if p.is_absolute() {
             p
@@ -74,6 +76,17 @@ impl ReadOptions {
             self.audio_root.as_deref().unwrap_or(shard_dir).join(p)
         }
     }
+}
+
+/// The rest of `stored` after the leading components `prefix` ("" or starting with '/'), or
+/// None when `prefix` is not a whole-component prefix of `stored` (trailing '/'s ignored).
+fn strip_components<'a>(stored: &'a str, prefix: &str) -> Option<&'a str> {
+    let prefix = prefix.trim_end_matches('/');
+    if prefix.is_empty() && !stored.starts_with('/') {
+        return None; // "/" maps absolute paths only
+    }
+    let rest = stored.strip_prefix(prefix)?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
 /// What [`Dataset::check_paths`] found.
@@ -210,6 +223,30 @@ mod tests {
             o.resolve("/home/u/.cache/hf/ex/z.ogg", dir),
             PathBuf::from("/root/rel/z.ogg")
         );
+    }
+
+    #[test]
+    fn path_map_matches_whole_components_not_string_prefixes() {
+        let mut o = ReadOptions::columns("audio", None);
+        let dir = Path::new("/data/ds");
+        o.path_map.insert("/old/run1".into(), "/new".into());
+        assert_eq!(
+            o.resolve("/old/run1/x.wav", dir),
+            PathBuf::from("/new/x.wav")
+        );
+        assert_eq!(
+            o.resolve("/old/run10/x.wav", dir),
+            PathBuf::from("/old/run10/x.wav")
+        );
+        assert_eq!(o.resolve("/old/run1", dir), PathBuf::from("/new"));
+        o.path_map.insert("/old/".into(), "/b/".into());
+        assert_eq!(
+            o.resolve("/old/run10/x.wav", dir),
+            PathBuf::from("/b/run10/x.wav")
+        );
+        o.path_map.insert("/".into(), "/mnt".into());
+        assert_eq!(o.resolve("/a.wav", dir), PathBuf::from("/mnt/a.wav"));
+        assert_eq!(o.resolve("a.wav", dir), PathBuf::from("/data/ds/a.wav"));
     }
 
     #[test]

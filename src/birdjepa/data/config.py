@@ -163,9 +163,10 @@ class LoaderConfig:
     relative paths resolve against this directory ("": the directory of the shard that stores
     them). Absolute paths are read as stored."""
     path_map: dict[str, str] | None = _speed(None)
-    """Path-only audio: {stored prefix: local prefix}, applied before `audio_root` (the longest
-    matching prefix wins), e.g. {"/home/me/.cache/huggingface": "/scratch/hf"} for a cache
-    copied to a cluster's scratch."""
+    """Path-only audio: {stored prefix: local prefix} over whole path components, applied before
+    `audio_root` (the longest matching key wins; "/old/run1" never maps "/old/run10/x.wav"),
+    e.g. {"/home/me/.cache/huggingface": "/scratch/hf"} for a cache copied to a cluster's
+    scratch. The rule: birdjepa.data.paths."""
 
     def __post_init__(self):
         # Plain int/float values (numpy scalars, 5 for 5.0), so that config and fingerprint are

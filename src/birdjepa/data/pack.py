@@ -26,32 +26,12 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa._rs
+import birdjepa.data.ipc
+import birdjepa.data.paths
 
 PLAN = "pack-plan.json"
 BATCH_ROWS = 100
 """Rows per record batch, as `datasets` writes audio datasets."""
-
-
-def resolve_audio_path(stored: str, shard_dir: str, audio_root: str = "",
-                       path_map: dict | None = None) -> str:
-    """The file a stored audio path names, by the loader's rules (rust/src/shards/paths.rs):
-    the longest matching `path_map` prefix replaced, then a relative path joined to
-    `audio_root` (or the directory of the shard that stores it)."""
-    hits = [k for k in (path_map or {}) if stored.startswith(k)]
-    if hits:
-        k = max(hits, key=len)
-        stored = path_map[k] + stored[len(k):]
-    if os.path.isabs(stored):
-        return stored
-    return os.path.join(audio_root or shard_dir, stored)
-
-
-def _read_table(path: str) -> pa.Table:
-    source = pa.memory_map(path)
-    try:
-        return pa.ipc.open_stream(source).read_all()
-    except pa.ArrowInvalid:
-        return pa.ipc.open_file(source).read_all()
 
 
 def _audio_values(col: pa.ChunkedArray) -> tuple[list, list]:
@@ -80,7 +60,7 @@ class Source:
 
     def __init__(self, files: list[str], audio_column: str, audio_root: str, path_map):
         self.files, self.audio_column = files, audio_column
-        self.tables = [_read_table(f) for f in files]
+        self.tables = [birdjepa.data.ipc.read_table(f) for f in files]
         self.rows: list[tuple[int, int]] = []  # (file, row in file)
         self.audio: list[tuple[bytes | None, str | None, str | None]] = []
         for i, (f, t) in enumerate(zip(files, self.tables, strict=True)):
@@ -91,7 +71,7 @@ class Source:
             data, stored = _audio_values(t.column(audio_column))
             d = os.path.dirname(os.path.abspath(f))
             for r, (b, p) in enumerate(zip(data, stored, strict=True)):
-                file = None if b else (p and resolve_audio_path(p, d, audio_root, path_map))
+                file = None if b else (p and birdjepa.data.paths.resolve(p, d, audio_root, path_map))
                 self.rows.append((i, r))
                 self.audio.append((b, p, file))
 
@@ -181,12 +161,6 @@ def _schema(src: Source) -> pa.Schema:
     return s.with_metadata(meta)
 
 
-def _rows_of(path: str) -> int:
-    with pa.memory_map(path) as f:
-        r = pa.ipc.open_stream(f)
-        return sum(b.num_rows for b in r)
-
-
 def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
                 progress=None) -> int:
     """Rows [start, end) of `src` into `path` (via a temporary file renamed at the end)."""
@@ -221,7 +195,7 @@ def _check_plan(dst: str, want: dict) -> None:
 
 
 def _finish(dst: str, names: list[str], schema: pa.Schema, n_rows: int) -> None:
-    got = sum(_rows_of(os.path.join(dst, n)) for n in names)
+    got = sum(birdjepa.data.ipc.n_rows(os.path.join(dst, n)) for n in names)
     if got != n_rows:
         raise birdjepa._rs.DatasetError(f"{dst}: expected {n_rows} rows in the packed shards, "
                                         f"got {got}")
@@ -257,7 +231,7 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     schema = _schema(src)
     todo = [i for i, nm in enumerate(names) if not (
         os.path.exists(os.path.join(dst, nm))
-        and _rows_of(os.path.join(dst, nm)) == ranges[i][1] - ranges[i][0])]
+        and birdjepa.data.ipc.n_rows(os.path.join(dst, nm)) == ranges[i][1] - ranges[i][0])]
     bar = _Progress(sum(ranges[i][1] - ranges[i][0] for i in todo), progress)
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as ex:
         futs = [ex.submit(write_shard, src, schema, *ranges[i], os.path.join(dst, names[i]),

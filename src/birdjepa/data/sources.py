@@ -31,9 +31,8 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-import pyarrow as pa
-
 import birdjepa._rs
+import birdjepa.data.ipc
 import birdjepa.data.pack as pack
 
 _PART = re.compile(r"-\d{5}-of-\d{5}$")
@@ -225,11 +224,7 @@ def class_names(paths: list[str], column: str, dataset=None) -> list[str] | None
         with open(info) as f:
             feats = json.load(f).get("features")
     if feats is None:
-        with pa.memory_map(paths[0]) as f:
-            try:
-                meta = pa.ipc.open_stream(f).schema.metadata or {}
-            except pa.ArrowInvalid:
-                meta = pa.ipc.open_file(f).schema.metadata or {}
+        meta = birdjepa.data.ipc.schema(paths[0]).metadata or {}
         feats = json.loads(meta.get(b"huggingface", b"{}")).get("info", {}).get("features")
     feat = (feats or {}).get(column) or {}
     feat = feat.get("feature", feat)

@@ -10,21 +10,19 @@ multi-hot (rows, classes) matrix.
 
 import hashlib
 import os
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 
 import birdjepa.data
+import birdjepa.data.ipc
+import birdjepa.data.paths
 import birdjepa.data.sources
 
 
 def _read_shard(path: str, columns: list[str]) -> pa.Table:
-    with pa.memory_map(path) as f:
-        try:
-            reader = pa.ipc.open_stream(f)
-        except pa.ArrowInvalid:
-            reader = pa.ipc.open_file(f)
-        table = reader.read_all()
+    table = birdjepa.data.ipc.read_table(path)
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise KeyError(f"{path}: expected columns {missing}, got only {table.column_names}")
@@ -50,12 +48,7 @@ def column_names(source) -> list[str]:
     """The columns of `source` (its first shard's schema), without reading rows."""
     if is_dataset(source):
         return list(source.column_names)
-    path = birdjepa.data.resolve_shards(source)[0]
-    with pa.memory_map(path) as f:
-        try:
-            return list(pa.ipc.open_stream(f).schema.names)
-        except pa.ArrowInvalid:
-            return list(pa.ipc.open_file(f).schema.names)
+    return list(birdjepa.data.ipc.schema(birdjepa.data.resolve_shards(source)[0]).names)
 
 
 def fingerprint(source) -> str:
@@ -76,10 +69,12 @@ def fingerprint(source) -> str:
     return h.hexdigest()[:16]
 
 
-def audio_bytes(table: pa.Table, column: str = "audio", base_dir: str = "") -> list:
+def audio_bytes(table: pa.Table, column: str = "audio", base_dir: str = "", *,
+                audio_root: str = "", path_map: Mapping[str, str] | None = None) -> list:
     """The encoded audio of an HF Audio column (a struct of bytes and path), a binary column or a
-    string column of paths, per row: bytes, or for a path-only row its file's path (a relative
-    one joined to `base_dir`), or None."""
+    string column of paths, per row: bytes, or for a path-only row the file its stored path
+    names (`birdjepa.data.paths.resolve`: `path_map` applied, a relative path joined to
+    `audio_root`, else to `base_dir`, the shard's directory), or None."""
     col = table.column(column).combine_chunks()
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         data, paths = [None] * len(col), col.to_pylist()
@@ -89,17 +84,22 @@ def audio_bytes(table: pa.Table, column: str = "audio", base_dir: str = "") -> l
         paths = col.field("path").to_pylist() if has_path else [None] * len(col)
     else:
         return col.to_pylist()
-    return [b if b else (os.path.join(base_dir, p) if p else None)
+    return [b if b else (birdjepa.data.paths.resolve(p, base_dir, audio_root, path_map)
+                         if p else None)
             for b, p in zip(data, paths, strict=True)]
 
 
-def read_audio(source, column: str = "audio") -> list:
-    """`audio_bytes` of every row of `source` (shards: relative paths against each shard's
-    directory, as the loader resolves them without audio_root)."""
+def read_audio(source, column: str = "audio", *, audio_root: str = "",
+               path_map: Mapping[str, str] | None = None) -> list:
+    """`audio_bytes` of every row of `source`; stored paths resolve as the loader resolves them
+    with the same `audio_root` and `path_map` (relative ones against each shard's directory
+    when `audio_root` is empty)."""
     if is_dataset(source):
-        return audio_bytes(read(source, [column]), column)
+        return audio_bytes(read(source, [column]), column, audio_root=audio_root,
+                           path_map=path_map)
     return [a for p in birdjepa.data.resolve_shards(source)
-            for a in audio_bytes(_read_shard(p, [column]), column, os.path.dirname(p))]
+            for a in audio_bytes(_read_shard(p, [column]), column, os.path.dirname(p),
+                                 audio_root=audio_root, path_map=path_map)]
 
 
 def class_names(source, column: str) -> list[str] | None:
