@@ -1,6 +1,7 @@
 """Checkpoint integrity: corrupt steps are detected, set aside and skipped; rotation and save
 never lose the last good step."""
 
+import hashlib
 import json
 import logging
 import pathlib
@@ -304,3 +305,23 @@ def test_two_processes_agree_on_the_fallback(tmp_path):
     lines = [line for _, err in outs for line in err.splitlines() if "is corrupt" in line]
     assert len(lines) == 1 and "checkpoint step 3" in lines[0], lines
     assert len(list((tmp_path / "c").glob("3.corrupt-*"))) == 1
+
+
+def test_a_checkpoints_identity_is_its_manifest_digest(ckpt_dir, tmp_path):
+    """Issue 26 item 1: the identity evaluate's cache and exports key on is one function: the
+    sha256 of the step's manifest, distinct per step, changed by a rewritten step; a step from
+    before manifests gets the digest of its files' hashes."""
+    run = tmp_path / "run"
+    shutil.copytree(ckpt_dir, rundir.checkpoints_dir(run))
+    with ckpt.Checkpointer(rundir.checkpoints_dir(run), every=1, keep=3, read_only=True) as c:
+        digests = {s: c.digest(s) for s in STEPS}
+    for s in STEPS:
+        manifest = rundir.step_dir(rundir.checkpoints_dir(run), s) / rundir.MANIFEST
+        assert digests[s] == hashlib.sha256(manifest.read_bytes()).hexdigest()
+        assert integrity.checkpoint_digest(run, s) == digests[s]
+    assert len(set(digests.values())) == len(STEPS)
+    old = rundir.step_dir(rundir.checkpoints_dir(run), 3)
+    as_older_version(old)
+    files = integrity.hash_files(old)
+    assert integrity.checkpoint_digest(run, 3) == hashlib.sha256(
+        json.dumps(files, sort_keys=True).encode()).hexdigest() != digests[3]

@@ -35,6 +35,7 @@ import birdjepa.optim
 import birdjepa.params
 import birdjepa.predict
 import birdjepa.runtime.checkpoint
+import birdjepa.runtime.integrity
 import birdjepa.runtime.rundir
 import birdjepa.train.loop
 
@@ -78,8 +79,10 @@ def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_pa
     copy = tmp_path / "run-copy"
     shutil.copytree(run_dir, copy)
     assert birdjepa.export.main([str(copy), str(tmp_path / "out")]) == 0
-    want, want_cfg = birdjepa.encoder.load_encoder(copy)
+    want, want_cfg = birdjepa.encoder.load_encoder(copy)  # the old import path still works
     src = birdjepa.models.artifact.from_run(copy)
+    digest = birdjepa.runtime.integrity.checkpoint_digest(copy, src.info["step"])
+    assert src.info["checkpoint_digest"] == digest and len(digest) == 64
     shutil.rmtree(copy)  # what follows reads the export alone
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == [
@@ -92,6 +95,7 @@ def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_pa
         assert a[k].dtype == b[k].dtype and np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
     m = birdjepa.models.load_export(out)
     assert m.head_kind == "supervised" and m.classes == ["0", "1", "2", "3"]
+    assert m.info["checkpoint_digest"] == digest  # the step's identity travels with the export
     assert np.array_equal(np.asarray(m.head.w), np.asarray(src.head.w))
     card = (out / "README.md").read_text()
     assert "`supervised` objective for 2 steps" in card and "birdjepa.load_encoder" in card

@@ -1,10 +1,12 @@
 """The package's shape stays as the structure issues left it: no import cycle, no birdjepa import
 hidden in a function (but the lazy `__getattr__` of a package and the job that runs the loop),
 packages by concern (data/, runtime/, config/, train/, evaluate/), nothing outside train/ that
-imports train, a config layer without JAX, small files and functions, one home for the COMPLETE
-marker, and nothing in the package that needs the checkout."""
+imports train, a config layer without JAX, small files, classes and functions, one home for each
+thing (the run directory's names, loading an encoder, opening Arrow IPC files), plain modules,
+and nothing in the package that needs the checkout."""
 
 import ast
+import importlib
 import pathlib
 import subprocess
 import sys
@@ -13,7 +15,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 LOOP_LIMIT = 120  # the training loop reads top to bottom in one function
 FUNCTION_LIMIT = 80
+CLASS_LIMIT = 200
 FILE_LIMIT = 500
+RUN_DIR_NAMES = {"COMPLETE", "checkpoints", "config.toml", "metrics.jsonl", "curves.png",
+                 "birdjepa-integrity.json", "lock"}
+"""Names inside a run directory, spelled only in birdjepa.runtime.rundir (`run_id`, also a
+config key, is left out)."""
 HIDDEN_OK = {("birdjepa.runtime.job", "__call__")}
 """The submitit job imports the training loop (JAX, the model) where it runs, so that the
 launcher that pickles it stays free of JAX."""
@@ -82,7 +89,7 @@ def test_no_birdjepa_import_inside_a_function_but_lazy_package_attributes():
     assert hidden == []
 
 
-def test_files_and_functions_are_small():
+def test_files_classes_and_functions_are_small():
     too_long = []
     for f in sorted([*SRC.rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
         text = f.read_text()
@@ -94,19 +101,93 @@ def test_files_and_functions_are_small():
                 limit = LOOP_LIMIT if (f.name, fn.name) == ("loop.py", "main") else FUNCTION_LIMIT
                 if n > limit:
                     too_long.append(f"{f.relative_to(ROOT)}:{fn.lineno} {fn.name}: {n} lines")
+            if isinstance(fn, ast.ClassDef) and fn.end_lineno - fn.lineno + 1 > CLASS_LIMIT:
+                too_long.append(f"{f.relative_to(ROOT)}:{fn.lineno} class {fn.name}: "
+                                f"{fn.end_lineno - fn.lineno + 1} lines")
     assert too_long == []
 
 
-def test_one_home_for_the_complete_marker_and_no_checkout_paths():
-    hits, checkout = [], []
+def _docstrings(tree: ast.Module) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):  # a module's, a class's, a function's, or an attribute's
+            out |= {id(b.value) for b in body if isinstance(b, ast.Expr)
+                    and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}
+    return out
+
+
+def test_run_directory_names_are_spelled_in_rundir_only_and_no_checkout_paths():
+    """Every path inside a run directory is named by birdjepa.runtime.rundir: no other module
+    holds the string "checkpoints", "metrics.jsonl", "COMPLETE", ... (docstrings aside)."""
+    hits, checkout = {}, []
+    for name, tree in modules().items():
+        docs = _docstrings(tree)
+        found = sorted({n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                        and n.value in RUN_DIR_NAMES and id(n) not in docs})
+        if found:
+            hits[name] = found
     for f in sorted(SRC.rglob("*.py")):
-        text = f.read_text()
-        if '"COMPLETE"' in text:
-            hits.append(str(f.relative_to(ROOT)))
-        if "parents[" in text:  # a path walked up out of the installed package
+        if "parents[" in f.read_text():  # a path walked up out of the installed package
             checkout.append(str(f.relative_to(ROOT)))
-    assert hits == ["src/birdjepa/runtime/rundir.py"]
+    assert hits == {"birdjepa.runtime.rundir": sorted(RUN_DIR_NAMES)}
     assert checkout == []
+
+
+def _calls(tree: ast.Module, attr: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(tree))
+
+
+def test_one_load_encoder_and_one_arrow_ipc_opener():
+    """`load_encoder` is defined once (birdjepa.models; the old paths re-export it), and Arrow
+    IPC files are opened (stream or file, whatever their kind) in birdjepa.data.ipc only."""
+    mods = modules()
+    defs = [name for name, tree in mods.items() for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef) and n.name == "load_encoder"]
+    assert defs == ["birdjepa.models"]
+    openers = sorted(name for name, tree in mods.items()
+                     if _calls(tree, "open_stream") or _calls(tree, "open_file"))
+    assert openers == ["birdjepa.data.ipc"]
+
+
+def test_plain_modules_no_sys_modules_or_class_swaps():
+    """No module replaces itself in sys.modules or swaps its __class__ (re-exports instead)."""
+    tricks = []
+    for name, tree in modules().items():
+        for n in ast.walk(tree):
+            targets = n.targets if isinstance(n, ast.Assign) else [
+                n.target] if isinstance(n, ast.AugAssign | ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == "__class__":
+                    tricks.append(f"{name}: __class__")
+                if isinstance(t, ast.Subscript) and ast.unparse(t.value).endswith("sys.modules"):
+                    tricks.append(f"{name}: sys.modules")
+    assert tricks == []
+
+
+def _all_imports(tree: ast.Module) -> set[str]:
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out |= {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+            out.add(n.module)
+    return out
+
+
+def test_models_never_import_evaluate_and_nothing_imports_the_embed_cli():
+    """The packages depend one way (evaluate -> models, data), anywhere in a module; and no
+    module imports birdjepa.embed (the command line's module), so after `import birdjepa` the
+    name `birdjepa.embed` stays the embedding function (see birdjepa/embed.py)."""
+    mods = modules()
+    upward = [f"{name} -> {imp}" for name, tree in mods.items() if name.startswith(
+        "birdjepa.models") or name.startswith("birdjepa.data")
+        for imp in sorted(_all_imports(tree)) if imp.startswith("birdjepa.evaluate")]
+    assert upward == []
+    users = [name for name, tree in mods.items() if "birdjepa.embed" in _all_imports(tree)]
+    tests = [f.name for f in sorted((ROOT / "tests").rglob("*.py"))
+             if "birdjepa.embed" in _all_imports(ast.parse(f.read_text()))]
+    assert users == [] and tests == []
 
 
 def test_nothing_outside_train_imports_train():
@@ -142,3 +223,25 @@ def test_config_layer_and_launcher_import_no_jax():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+ROLE_NAMES = {"__init__", "__main__", "cli", "config"}
+"""Bare module names that say a role, not a thing: allowed in several packages."""
+
+
+def test_no_two_modules_share_a_bare_name_unless_they_are_the_same_thing():
+    """The README's naming rule: a repeated bare name is a role name, or a top-level public
+    name that re-exports its home module (every name in its __all__ is the home's object)."""
+    by_name: dict[str, list[str]] = {}
+    for name in modules():
+        parts = name.split(".")
+        bare = "__init__" if (SRC / pathlib.Path(*parts) / "__init__.py").is_file() else parts[-1]
+        by_name.setdefault(bare, []).append(name)
+    shared = {b: sorted(ms) for b, ms in by_name.items() if len(ms) > 1 and b not in ROLE_NAMES}
+    for bare, names in shared.items():
+        public = f"birdjepa.{bare}"
+        assert len(names) == 2 and public in names, (bare, names)
+        home = importlib.import_module(next(n for n in names if n != public))
+        alias = importlib.import_module(public)
+        assert alias.__all__ and all(getattr(alias, n) is getattr(home, n) for n in alias.__all__)
+    assert sorted(shared) == ["audio", "launch", "sources"]

@@ -3,7 +3,7 @@
     out_dir/encoder.safetensors   the encoder's arrays by dotted path ("blocks.wq.w", ...)
     out_dir/head.safetensors      the class head (supervised head, else the online probe)
     out_dir/config.json           model config, input shape, audio settings, class names, the
-                                  run's config and summary
+                                  run's config and summary, the step and its checkpoint_digest
     out_dir/README.md             a model card: objective, data, steps, evaluation, how to load
 
 and `load_export(out_dir)` reads them back with numpy and Equinox only (no Orbax, no run
@@ -36,6 +36,7 @@ import birdjepa.models.safetensors as st
 import birdjepa.objectives.probe
 import birdjepa.params
 import birdjepa.runtime.checkpoint
+import birdjepa.runtime.integrity
 import birdjepa.runtime.rundir
 
 FORMAT = "birdjepa-encoder"
@@ -103,6 +104,8 @@ def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:
     audio = dict(sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames,
                  window_s=d.clip_s, mean=d.mean, std=d.std)
     info = {"config": dataclasses.asdict(cfg), "step": int(restored.step),
+            "checkpoint_digest": birdjepa.runtime.integrity.checkpoint_digest(
+                run_dir, restored.step),
             "summary": birdjepa.runtime.rundir.read_complete(run_dir)}
     return Model(enc, audio, _class_names(cfg), head, kind, str(run_dir), info)
 
@@ -151,7 +154,7 @@ def load_export(out_dir: str | os.PathLike) -> Model:
             if kind == "supervised" else \
             (lambda: birdjepa.objectives.probe.init(mcfg.width, n, key=jax.random.key(0)))
         head = bird_mae.fill(eqx.filter_eval_shape(make), st.load(out / "head.safetensors")[0])
-    info = {k: meta.get(k) for k in ("config", "step", "summary")}
+    info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary")}
     return Model(enc, a, classes, head, kind, str(out), info)
 
 
