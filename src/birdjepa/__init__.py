@@ -2,8 +2,10 @@
 
 The exception classes live in the Rust extension, all beneath `birdjepa.Error`; they are loaded
 on first access so that `import birdjepa.model` does not need the extension. `load_encoder`
-(birdjepa.models: a run or an export directory) and `embed` (birdjepa.models.inference) are loaded on first access too, so that
-`import birdjepa` does not import JAX.
+(birdjepa.models: a run directory, an export directory or "bird-mae-base:WEIGHTS") and `embed`
+(birdjepa.models.inference) are loaded on first access too, so that `import birdjepa` does not
+import JAX. `import birdjepa.embed` (the command line's module) rebinds `birdjepa.embed` to that
+module, as Python does for every submodule: see birdjepa/embed.py.
 """
 
 __version__ = "0.1.0"

@@ -6,7 +6,7 @@
 set -euo pipefail
 DATA=$1; RUN=$2; OUT=$(mktemp -d)
 python - "$DATA" <<'PY'
-import pathlib, sys, birdjepa.evaluate.table as t
+import pathlib, sys, birdjepa.data.table as t
 root = pathlib.Path(sys.argv[1]); files = root / "files"; files.mkdir(exist_ok=True)
 tbl = t.read(root / "train", ["audio", "codec"])
 for i, (b, c) in enumerate(zip(t.audio_bytes(tbl), tbl.column("codec").to_pylist())):
