@@ -169,8 +169,11 @@ def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
 def test_help_lists_every_option_and_names_the_module(module, capsys):
     parser = {"embed": birdjepa.models.embed_cli.parser, "predict":
               birdjepa.models.detect.parser}.get(module)
+    main = {"embed": birdjepa.models.embed_cli.main,  # = birdjepa.embed.main; importing
+            "predict": birdjepa.predict.main,  # birdjepa.embed here would rebind the name
+            "export": birdjepa.export.main}[module]  # birdjepa.embed for every later test
     with pytest.raises(SystemExit):
-        getattr(birdjepa, module).main(["--help"])
+        main(["--help"])
     text = capsys.readouterr().out
     assert text.startswith(f"usage: python -m birdjepa.{module} ")
     if parser is not None:
