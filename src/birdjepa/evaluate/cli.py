@@ -1,4 +1,5 @@
-"""`python -m birdjepa.evaluate --cfg configs/eval-demo.toml [--encoders RUN_DIR ...]`.
+"""`python -m birdjepa.evaluate --cfg configs/eval-demo.toml [--encoders RUN_DIR ...]` (one
+`--encoders` per run directory).
 
 A bad setting, split, class list or encoder is one line on stderr and exit status 2, before
 anything is embedded (see birdjepa.evaluate.checks and runner.load_encoders).
@@ -8,6 +9,7 @@ import logging
 import sys
 
 import birdjepa.config
+import birdjepa.config.cli_args as cli_args
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.runner as runner
 
@@ -40,6 +42,5 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config.cli(argv)
         runner.run(cfg)
     except (birdjepa.config.ConfigError, FileNotFoundError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     return 0

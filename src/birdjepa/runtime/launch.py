@@ -17,15 +17,14 @@ import importlib.util
 import json
 import pathlib
 import shutil
-import sys
 import typing
 
 import submitit
-import tyro
 
 import birdjepa
 import birdjepa._rs
 import birdjepa.config
+import birdjepa.config.cli_args as cli_args
 import birdjepa.data
 import birdjepa.data.config
 import birdjepa.data.loader
@@ -274,16 +273,10 @@ def launch(lc: LaunchConfig) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = birdjepa.config.flags(list(sys.argv[1:] if argv is None else argv))
-    lc = tyro.cli(LaunchConfig, args=argv, use_underscores=True, prog="python -m birdjepa.launch",
-                  description=__doc__.split("\n\n")[0])
     try:
+        lc = cli_args.config_cli(argv, LaunchConfig, prog="python -m birdjepa.launch",
+                                 description=__doc__.split("\n\n")[0], toml=False)
         launch(lc)
-    except SweepError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (SweepError, birdjepa.config.ConfigError) as e:
+        return cli_args.fail(e)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
