@@ -181,9 +181,9 @@ def test_submitting_leaves_no_empty_placeholder_directory(tmp_path, capsys, monk
 
 def test_flags_use_underscores_and_accept_dashes():
     import birdjepa.config
-    import birdjepa.config.cli_args
+    import birdjepa.runtime.cli_args
 
-    assert birdjepa.config.cli_args.flags(["--n-steps=4", "--slurm.tasks-per-node", "2", "--dry-run",
+    assert birdjepa.runtime.cli_args.flags(["--n-steps=4", "--slurm.tasks-per-node", "2", "--dry-run",
                                   "--run_dir=a-b", "-h", "x-y"]) == [
         "--n_steps=4", "--slurm.tasks_per_node", "2", "--dry_run", "--run_dir=a-b", "-h", "x-y"]
     cfg = birdjepa.config.cli(["--n-steps=7", "--data.view-window-s=6", "--n_classes=3"])

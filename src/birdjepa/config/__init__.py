@@ -2,7 +2,8 @@
 
 `python -m birdjepa.pretrain --cfg FILE.toml [--n_steps=40 --optim.lr=1e-3 ...]`: the TOML file
 is checked against the dataclasses (unknown keys and wrong types are errors naming the key) and
-is overridden from the command line (birdjepa.config.cli_args: one voice for every CLI).
+is overridden from the command line (birdjepa.config.command_line, in the one voice of
+birdjepa.runtime.cli_args).
 """
 
 import dataclasses
@@ -19,8 +20,8 @@ import tomli_w
 import birdjepa._rs
 import birdjepa.config.architecture as model_cfg
 import birdjepa.config.bounds as bounds
-import birdjepa.config.cli_args as cli_args
 import birdjepa.config.cluster as distributed_cfg
+import birdjepa.config.command_line as command_line
 import birdjepa.config.keys as keys
 import birdjepa.config.losses as objectives_cfg
 import birdjepa.config.optimizer as optim_cfg
@@ -128,6 +129,8 @@ def _coerce(t, v, key: str):
                 return _coerce(a, v, key)
             except ConfigError as e:
                 errors.append(e)
+        if len(errors) == 1:  # X | None: X's own message
+            raise errors[0] from None
         raise ConfigError(f"config key {key!r}: expected {_type_name(t)}, got {v!r}")
     if origin is typing.Literal:
         if v not in args:
@@ -211,8 +214,8 @@ def to_toml(cfg: Config) -> str:
     return tomli_w.dumps(strip_none(dataclasses.asdict(cfg)))
 
 
-cli = cli_args.config_cli
-"""`--cfg FILE.toml` then `--key=value` overrides of a config dataclass (birdjepa.config.cli_args)."""
+cli = command_line.cli
+"""`--cfg FILE.toml` then `--key=value` overrides of a config dataclass (config.command_line)."""
 
 
 NOT_SHAPING = (

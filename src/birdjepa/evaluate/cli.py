@@ -9,9 +9,9 @@ import logging
 import sys
 
 import birdjepa.config
-import birdjepa.config.cli_args as cli_args
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.runner as runner
+import birdjepa.runtime.cli_args as cli_args
 
 _NOISE = ("RuntimeError('Event loop is closed')", "sys.meta_path is None")
 _LEFTOVER = "coroutine object _read_array_index_and_device_put"

@@ -11,7 +11,7 @@ directory): the same arrays, bit for bit. `open_model(spec)` resolves what the c
 take as MODEL: a run directory, an export directory, or an imported model "bird-mae-base:PATH".
 """
 
-import argparse
+
 import dataclasses
 import json
 import os
@@ -32,6 +32,7 @@ import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.card as card
 import birdjepa.models.safetensors as st
 import birdjepa.objectives.probe
+import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.rundir
 
 FORMAT = "birdjepa-encoder"
@@ -152,23 +153,22 @@ def open_model(spec: str | os.PathLike) -> Model:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m birdjepa.export RUN_DIR OUT_DIR [--step N]`."""
-    p = argparse.ArgumentParser(
-        prog="python -m birdjepa.export",
-        description="Write a run's encoder for use without this package's checkpoints: "
+    """`python -m birdjepa.export RUN_DIR --out_dir DIR [--step N]`; its options, in one place."""
+    p = cli_args.Parser(
+        "python -m birdjepa.export",
+        "Write a run's encoder for use without this package's checkpoints: "
         "encoder.safetensors (arrays by path), head.safetensors (the supervised head, else the "
         "online probe), config.json (model, audio settings, class names, the run's config) and "
-        "a README.md model card. Load it with birdjepa.load_encoder(OUT_DIR), or give OUT_DIR as "
+        "a README.md model card. Load it with birdjepa.load_encoder(DIR), or give DIR as "
         "MODEL to python -m birdjepa.embed / birdjepa.predict.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a training run directory")
-    p.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (created)")
-    p.add_argument("--step", type=int, default=None,
+    p.add_argument("--out_dir", required=True, help="directory to write (created)")
+    p.add_argument("--step", type=cli_args.converter(int), default=None,
                    help="checkpoint step to export (default: the latest complete one)")
     args = p.parse_args(argv)
     try:
         out = export(args.run_dir, args.out_dir, step=args.step)
     except (FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     print(f"exported {args.run_dir} -> {out}", file=sys.stderr)
     return 0

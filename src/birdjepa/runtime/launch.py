@@ -24,11 +24,12 @@ import submitit
 import birdjepa
 import birdjepa._rs
 import birdjepa.config
-import birdjepa.config.cli_args as cli_args
+import birdjepa.config.command_line
 import birdjepa.data
 import birdjepa.data.config
 import birdjepa.data.loader
 import birdjepa.data.sources
+import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.job
 import birdjepa.runtime.rundir
 
@@ -274,7 +275,7 @@ def launch(lc: LaunchConfig) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        lc = cli_args.config_cli(argv, LaunchConfig, prog="python -m birdjepa.launch",
+        lc = birdjepa.config.command_line.cli(argv, LaunchConfig, prog="python -m birdjepa.launch",
                                  description=__doc__.split("\n\n")[0], toml=False)
         launch(lc)
     except (SweepError, birdjepa.config.ConfigError) as e:

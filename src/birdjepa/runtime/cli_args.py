@@ -4,11 +4,13 @@
   alias (`--n-steps`). Booleans are `--flag` / `--no_flag`; a list is a repeated flag
   (`--encoders A --encoders B`); a path map is `--path_map OLD=NEW`, repeated.
 - Config dataclasses become options field by field (`Parser.config`): nested sections as
-  `--optim.lr`, the field's docstring as its help sentence, `--cfg FILE.toml` loaded first.
+  `--optim.lr`, the field's docstring as its help sentence (birdjepa.config.command_line adds
+  `--cfg FILE.toml`, loaded first).
 - Every error is one line, `error: ...`, on stderr with exit status 2 (`Parser.error`, `fail`):
   a bad value, an unknown option (with its close matches), a missing argument.
 
-A CLI lists its options in one function (`parser()` or `main`), one `add_*` call each.
+A CLI lists its options in one function (`parser()` or `main`), one `add_*` call each. This
+module imports nothing of the package, so every layer (data/ included) can use it.
 """
 
 import argparse
@@ -22,9 +24,6 @@ import sys
 import textwrap
 import types
 import typing
-
-import birdjepa.config
-import birdjepa.config.keys as keys
 
 EXIT_USAGE = 2
 """Exit status of every usage or configuration error."""
@@ -122,6 +121,7 @@ def converter(t) -> typing.Callable[[str], typing.Any]:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {s!r}")
 
     convert.__name__ = expected
+    convert.metavar = _metavar(t)
     return convert
 
 
@@ -180,9 +180,18 @@ class Parser(argparse.ArgumentParser):
     `add_list`, `add_path_map` and `config` for the option kinds every CLI shares."""
 
     def __init__(self, prog: str, description: str, **kw):
+        if description and "\n" not in description.strip():
+            description = textwrap.fill(description, 100)
         super().__init__(prog=prog, description=description, formatter_class=_Formatter,
                          allow_abbrev=False, **kw)
         self.config_fields: dict[str, typing.Any] = {}
+
+    def add_argument(self, *names, **kw):
+        """argparse's, with the metavar of the value's type (INT, FLOAT, STR) by default."""
+        if names and names[0].startswith("--") and "metavar" not in kw and "choices" not in kw \
+                and kw.get("action") in (None, "store", "append"):
+            kw["metavar"] = getattr(kw.get("type"), "metavar", "STR")
+        return super().add_argument(*names, **kw)
 
     def error(self, message: str):
         sys.exit(fail(message))
@@ -197,8 +206,8 @@ class Parser(argparse.ArgumentParser):
 
     def add_path_map(self, name: str = "path_map", help: str | None = None, **kw):
         """`--path_map OLD=NEW`, repeatable: a stored audio path prefix and its local one."""
-        help = help or ("rewrite a stored audio path prefix OLD to the local prefix NEW, "
-                        "matched by whole path components; repeat for more prefixes")
+        help = help or ("rewrite a stored audio path prefix OLD to the local prefix NEW "
+                        "(before the audio root); repeat for more prefixes")
         return self.add_argument(f"--{name}", action=_PathMap, metavar="OLD=NEW", help=help,
                                  **kw)
 
@@ -318,41 +327,3 @@ def overrides(parser: Parser, ns: argparse.Namespace) -> dict:
         node[leaf] = list(value) if isinstance(value, tuple) else value
     return out
 
-
-def config_cli(argv: list[str] | None = None, cls=None, *,
-               prog: str = "python -m birdjepa.train",
-               description: str = "Pretrain a birdjepa encoder.", toml: bool = True):
-    """`--cfg FILE.toml` (optional, loaded first) then `--key=value` overrides of a `cls`
-    (default birdjepa.config.Config); `--help` lists --cfg and every field; `prog` is the
-    command users type. An unknown key raises ConfigError (with close matches); a bad value
-    prints one `error:` line and exits 2."""
-    config = birdjepa.config
-    cls = cls or config.Config
-    argv = flags(list(sys.argv[1:] if argv is None else argv))
-    bad = keys.unknown_flag(argv, cls)
-    if bad:
-        raise config.ConfigError(bad)
-    p = Parser(prog, description)
-    if toml:
-        p.add_argument("--cfg", metavar="FILE.toml", default="",
-                       help="TOML file loaded first; every option below overrides it")
-    p.config(cls)
-    required = "".join(f" {a.option_strings[0]} {a.metavar}" for a in p._actions if a.required)
-    p.usage = f"%(prog)s [-h]{' [--cfg FILE.toml]' if toml else ''}{required} [--KEY VALUE ...]"
-    ns = p.parse_args(argv)
-    base = config.load_dict(ns.cfg) if toml and ns.cfg else {}
-    return config.from_dict(cls, merge(base, overrides(p, ns)))
-
-
-def merge(base: dict, over: dict) -> dict:
-    """`base` updated by `over`, nested tables merged key by key (a path_map is replaced
-    whole); a None in `over` removes the key (the field's default)."""
-    out = dict(base)
-    for k, v in over.items():
-        if v is None:
-            out.pop(k, None)
-        elif isinstance(v, dict) and isinstance(out.get(k), dict) and k != "path_map":
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = v
-    return out
