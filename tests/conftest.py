@@ -1,5 +1,6 @@
-"""Shared pytest configuration and fixtures. The Slurm cluster fixture lives in
-tests/slurm_cluster.py."""
+"""Shared pytest configuration and fixtures. Helpers live in tests/support/ (on the path by
+pyproject's pythonpath): the Slurm cluster fixture (slurm_cluster.py), tiny run configs
+(tiny.py), resume harness (resume_helpers.py), loader shards, batches and runs."""
 
 import pytest
 
