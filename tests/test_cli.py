@@ -19,9 +19,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMANDS = [
     "birdjepa.train", "birdjepa.pretrain", "birdjepa.launch", "birdjepa.evaluate",
     "birdjepa.evaluate.report", "birdjepa.embed", "birdjepa.predict", "birdjepa.export",
-    "birdjepa.demo_data", "birdjepa.sources", "birdjepa.sources pack",
+    "birdjepa.demo_data", "birdjepa.sources", "birdjepa.sources pack", "benchmarks",
+    *(f"benchmarks {name}" for name in ("transforms", "loader", "views", "train", "ckpt",
+                                        "birdset")),
 ]
-"""Every `python -m ...` a user runs (README), with its subcommand."""
+"""Every `python -m ...` a user runs (README), with its subcommands."""
 
 
 def run(command: str, *args: str) -> subprocess.CompletedProcess:
