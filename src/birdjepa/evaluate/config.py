@@ -179,7 +179,9 @@ def cli(argv: list[str] | None = None) -> EvalConfig:
     """`--cfg FILE.toml` (optional) then overrides (`--probe.lr=1e-3`, `--encoders A --encoders
     B`; birdjepa.runtime.cli_args)."""
     cfg = birdjepa.config.cli(
-        argv, EvalConfig, prog="python -m birdjepa.evaluate", description="Evaluate frozen encoders with probes on a soundscape test "
-        "split (BirdSet protocol). Load a config with --cfg FILE.toml first.")
+        argv, EvalConfig, prog="python -m birdjepa.evaluate",
+        description="Evaluate frozen encoders with probes on a soundscape test split (BirdSet "
+        "protocol). Load a config with --cfg FILE.toml first; its [[test_sets]] tables (several "
+        "test sets) are set in the TOML only.")
     validate(cfg)
     return cfg

@@ -82,8 +82,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         shown = getattr(action, "shown_default", action.default)
-        if shown is None or shown is False or shown is argparse.SUPPRESS or shown in ("", [], (), {}) \
-                or "%(default)" in text:
+        unset = shown is None or shown is False or shown is argparse.SUPPRESS
+        if unset or shown in ("", [], (), {}) or "%(default)" in text:
             return text
         if isinstance(shown, dict):
             shown = " ".join(f"{k}={v}" for k, v in shown.items())
@@ -287,9 +287,14 @@ def _field_kw(t, f: dataclasses.Field, doc: str) -> dict | None:
             return {**kw, "action": "append", "type": converter(args[0]), "metavar": _metavar(args[0])}
         return {**kw, "nargs": len(args), "type": converter(args[0]), "metavar": _metavar(args[0])}
     convert = converter(base)
-    if optional:  # "none" sets an optional field back to unset
+    if optional:  # "none", when not a value of the type, sets the field back to unset
         def convert_or_none(s: str, c=convert):
-            return None if s.lower() == "none" else c(s)
+            try:
+                return c(s)
+            except argparse.ArgumentTypeError:
+                if s.lower() == "none":
+                    return None
+                raise
         convert_or_none.__name__ = convert.__name__
         kw["type"] = convert_or_none
     else:
