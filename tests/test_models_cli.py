@@ -62,11 +62,11 @@ def run_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, demo_corpus):
     """4 demo recordings as shards, and the same recordings as audio files in a directory."""
     root = tmp_path_factory.mktemp("models-corpus")
-    birdjepa.demo_data.write(root / "shards", n_recordings=4, n_shards=1, min_s=2.0, max_s=3.0,
-                             workers=1, seed=5)
+    shards = demo_corpus(n_recordings=4, n_shards=1, min_s=2.0, max_s=3.0, seed=5)["out_dir"]
+    (root / "shards").symlink_to(shards, target_is_directory=True)
     tbl = table.read(root / "shards", ["audio", "codec"])
     (root / "files" / "sub").mkdir(parents=True)
     for i, (b, codec) in enumerate(zip(table.audio_bytes(tbl), tbl.column("codec").to_pylist(), strict=True)):
