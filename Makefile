@@ -27,11 +27,11 @@ $(VENV)/.built: $(VENV)/.deps $(RUST_SRC)
 # Many short recordings rather than few long ones: with 16 per species LeJEPA learned to tell
 # the recordings apart (docs/issues/004-demo-learning).
 $(DEMO_DIR)/.done-split: $(VENV)/.built $(wildcard src/birdjepa/demo_data/*.py) Makefile
-	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/train --seed 0 --n_recordings 576 --min_s 5 \
+	$(PY) -m birdjepa.demo_data --out_dir $(DEMO_DIR)/train --seed 0 --n_recordings 576 --min_s 5 \
 		--max_s 20 --overwrite
-	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/eval --seed 1 --n_recordings 240 --n_shards 2 \
+	$(PY) -m birdjepa.demo_data --out_dir $(DEMO_DIR)/eval --seed 1 --n_recordings 240 --n_shards 2 \
 		--min_s 5 --max_s 10 --overwrite
-	$(PY) -m birdjepa.demo_data $(DEMO_DIR)/soundscape --soundscapes 24 --n_segments 12 \
+	$(PY) -m birdjepa.demo_data --out_dir $(DEMO_DIR)/soundscape --soundscapes 24 --n_segments 12 \
 		--n_shards 2 --seed 2 --overwrite
 	touch $@
 

@@ -16,7 +16,6 @@
 Everything is written to a temporary directory (or `--dir`) from the demo generator.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ import birdjepa.data.pack
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.demo_data.codecs as codecs
+import birdjepa.runtime.cli_args as cli_args
 
 NAMES = [s.code for s in catalogue.SPECIES]
 
@@ -226,11 +226,12 @@ BENCHES = {"paths": bench_paths, "open": bench_open, "events": bench_events, "pa
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks birdset", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=list(BENCHES))
+    p = cli_args.Parser("python -m benchmarks birdset", __doc__)
+    p.add_list("only", choices=sorted(BENCHES), help="a benchmark to run (repeat for more; "
+               "default: every one)")
     p.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
     a = p.parse_args(argv)
+    a.only = a.only or list(BENCHES)
     with tempfile.TemporaryDirectory() as tmp:
         d = a.dir or tmp
         for name in a.only:

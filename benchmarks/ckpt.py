@@ -12,7 +12,6 @@ update and `birdjepa.data.synthetic` data (no corpus needed):
   structure; restore -> step: restore plus the first training step after it (compiled).
 """
 
-import argparse
 import dataclasses
 import pathlib
 import statistics
@@ -25,6 +24,7 @@ import benchmarks.configs
 import birdjepa.config
 import birdjepa.data.synthetic
 import birdjepa.runtime.checkpoint
+import birdjepa.runtime.cli_args as cli_args
 import birdjepa.train.state
 import birdjepa.train.step
 
@@ -85,14 +85,15 @@ def bench(cfg: birdjepa.config.Config, n_saves: int, root: pathlib.Path) -> dict
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks ckpt", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--configs", nargs="+", default=["demo", "vit-s"])
-    p.add_argument("--saves", type=int, default=3, help="timed saves per mode and config")
-    p.add_argument("--batch-size", type=int, default=None,
+    p = cli_args.Parser("python -m benchmarks ckpt", __doc__)
+    p.add_list("configs", help="a config to measure (repeat for more; default: demo and vit-s)")
+    p.add_argument("--saves", type=cli_args.converter(int), default=3,
+                   help="timed saves per mode and config")
+    p.add_argument("--batch_size", type=cli_args.converter(int), default=None,
                    help="override batch_size (non-demo configs default to 4 on CPU)")
     p.add_argument("--dir", default=None, help="where to write checkpoints (default: a tmp dir)")
     a = p.parse_args(argv)
+    a.configs = a.configs or ["demo", "vit-s"]
     print(f"{jax.device_count()} {jax.default_backend()} device(s); synthetic data")
     print(f"{'config':8s} {'params':>11s} {'step s':>7s} {'size MB':>8s} {'async blocked s':>16s} "
           f"{'(drain s)':>9s} {'sync blocked s':>15s} {'restore s':>10s} {'restore->step s':>16s}")

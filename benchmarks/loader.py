@@ -17,7 +17,6 @@ The machine may be shared: clips per CPU-second is the main, load-robust figure;
 figures are printed with the load average, and 2-worker scaling also from CPU time.
 """
 
-import argparse
 import json
 import math
 import multiprocessing
@@ -29,6 +28,7 @@ import time
 import numpy as np
 
 import birdjepa.data
+import birdjepa.runtime.cli_args as cli_args
 
 SAMPLE_RATE = 32000
 CLIP_S = 5.0
@@ -326,7 +326,7 @@ def _verdict(ok: bool) -> str:
 
 def bench(paths, args) -> dict:
     workers = [int(x) for x in args.workers.split(",")]
-    peer = not args.no_peer and args.transform == "audio"
+    peer = args.peer and args.transform == "audio"
     print(
         f"{os.cpu_count()} cores; load average {_load()} (1/5/15 min) at start; "
         f"batch {args.batch_size}, {args.batches} timed batches "
@@ -437,28 +437,21 @@ def print_goals(res: dict, workers: list[int], peer: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks loader",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    int_, float_ = cli_args.converter(int), cli_args.converter(float)
+    p = cli_args.Parser("python -m benchmarks loader", __doc__)
     p.add_argument("--data", help="corpus directory: used if it holds *.arrow, else written there")
-    p.add_argument("--rows", type=int, default=48, help="recordings of a written corpus")
-    p.add_argument(
-        "--seconds", type=float, default=60.0, help="recording length of a written corpus"
-    )
-    p.add_argument("--transform", default="audio", choices=["audio", "debug"])
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--batches", type=int, default=12, help="timed batches per configuration")
-    p.add_argument("--workers", default="1,2")
-    p.add_argument("--repeat", type=int, default=2, help="runs per configuration (best kept)")
-    p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--rows", type=int_, default=48, help="recordings of a written corpus")
+    p.add_argument("--seconds", type=float_, default=60.0,
+                   help="recording length of a written corpus")
+    p.add_argument("--transform", default="audio", choices=["audio", "debug"],
+                   help="the real audio transform, or the debug one (no decoding)")
+    p.add_argument("--batch_size", type=int_, default=32, help="clips per batch")
+    p.add_argument("--batches", type=int_, default=12, help="timed batches per configuration")
+    p.add_argument("--workers", default="1,2", help="comma-separated worker counts to measure")
+    p.add_argument("--repeat", type=int_, default=2, help="runs per configuration (best kept)")
+    p.add_flag("peer", "also measure the peer loader (audio transform only)", default=True)
     p.add_argument("--json", help="also write the results here")
-    p.add_argument(
-        "--quality",
-        action="store_true",
-        help="only measure shuffle quality on a label-sorted corpus (no decoding)",
-    )
+    p.add_flag("quality", "only measure shuffle quality on a label-sorted corpus (no decoding)")
     args = p.parse_args(argv)
     if args.quality:
         quality(256 if args.batch_size == 32 else args.batch_size)

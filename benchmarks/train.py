@@ -11,7 +11,6 @@ with `--synthetic-on-device` from one batch already on the device (the step alon
 `--memory-only` nothing runs: only the memory analysis, at the config's own batch size.
 """
 
-import argparse
 import dataclasses
 import time
 
@@ -23,6 +22,7 @@ import birdjepa.config
 import birdjepa.data.synthetic
 import birdjepa.model
 import birdjepa.optim
+import birdjepa.runtime.cli_args as cli_args
 import birdjepa.train.flops
 import birdjepa.train.run
 import birdjepa.train.state
@@ -131,19 +131,20 @@ def print_memory(name: str, cfg: birdjepa.config.Config) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks train", description=__doc__)
-    p.add_argument("--configs", nargs="+", default=["demo", "vit-s"])
-    p.add_argument("--steps", type=int, default=20, help="timed updates per config")
+    p = cli_args.Parser("python -m benchmarks train", __doc__)
+    p.add_list("configs", help="a config to measure (repeat for more; default: demo and vit-s)")
+    p.add_argument("--steps", type=cli_args.converter(int), default=20,
+                   help="timed updates per config")
     p.add_argument("--data", default=str(benchmarks.configs.CONFIGS.parent / "data" / "demo" / "train"),
                    help="shard directory for the Rust loader")
-    p.add_argument("--synthetic", action="store_true", help="in-memory batches instead")
-    p.add_argument("--synthetic-on-device", action="store_true",
-                   help="one batch kept on the device: the step alone, no loader, no copy")
-    p.add_argument("--memory-only", action="store_true",
-                   help="only XLA's memory analysis, at each config's own batch size")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_flag("synthetic", "in-memory batches instead of the loader")
+    p.add_flag("synthetic_on_device",
+               "one batch kept on the device: the step alone, no loader, no copy")
+    p.add_flag("memory_only", "only XLA's memory analysis, at each config's own batch size")
+    p.add_argument("--batch_size", type=cli_args.converter(int), default=None,
                    help="override batch_size (non-demo configs default to 4 on CPU)")
     a = p.parse_args(argv)
+    a.configs = a.configs or ["demo", "vit-s"]
     data = None if a.synthetic or a.synthetic_on_device else a.data
     print(f"{jax.device_count()} {jax.default_backend()} device(s); data: "
           f"{'synthetic' if data is None else 'Rust loader on ' + data}"

@@ -11,7 +11,6 @@ resample, fbank, whole clip) and of three plain-Python peers on the same bytes:
 CPU time is the calling thread's (`time.thread_time`): all work here runs on it.
 """
 
-import argparse
 import io
 import statistics
 import time
@@ -20,6 +19,7 @@ import numpy as np
 
 import birdjepa._rs as _rs
 import birdjepa.audio
+import birdjepa.runtime.cli_args as cli_args
 
 SR_OUT = 32000
 CLIP_S = 5.0
@@ -164,9 +164,10 @@ def cpu_ms(fn, args_list) -> float:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks transforms", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="two lengths, few repetitions")
-    p.add_argument("--reps", type=int, default=None, help="clips per measurement")
+    p = cli_args.Parser("python -m benchmarks transforms", __doc__)
+    p.add_flag("quick", "two lengths, few repetitions")
+    p.add_argument("--reps", type=cli_args.converter(int), default=None,
+                   help="clips per measurement")
     p.add_argument("--codecs", default=",".join(FORMATS), help="comma-separated subset")
     args = p.parse_args(argv)
     lengths = [10, 60] if args.quick else [10, 30, 60, 120]

@@ -1,26 +1,26 @@
-"""Views from one decode: `python -m benchmarks views [--window S] [--local N] [--workers 1,2]`.
+"""Views from one decode: `python -m benchmarks views [--window_s S] [--local N] [--workers 1,2]`.
 
 Two views per sample, each its own decode (view_window_s=0) against both cut from one decoded
-window of `--window` s (and, with `--local N`, N more 2 s local crops cut from it: multi-crop)
+window of `--window_s` s (and, with `--local N`, N more 2 s local crops cut from it: multi-crop)
 for 1, 2, 4, 8 and 14 workers (docs/issues/008-views-from-one-decode): views/s, views per CPU-second of
 the whole process and peak RSS, each configuration in a fresh process, best of --repeat. The
 corpus is `benchmarks.loader`'s (60 s demo recordings by default).
 """
 
-import argparse
 import json
 import os
 import tempfile
 
 import benchmarks.loader as loader
+import birdjepa.runtime.cli_args as cli_args
 
 
 def bench(paths, args) -> dict:
     """Two views per sample, each its own decode (view_window_s=0) against both cut from one
-    decoded window of `--window` s (+ `--local` 2 s local crops): views/s and views per
+    decoded window of `--window_s` s (+ `--local` 2 s local crops): views/s and views per
     CPU-second (local crops counted as views), best of --repeat."""
     workers = [int(x) for x in args.workers.split(",")]
-    w_s = args.window
+    w_s = args.window_s
     print(f"{os.cpu_count()} cores; load average {loader._load()}; 2 views per sample, batch "
           f"{args.batch_size}, {args.batches} timed batches per run; window {w_s} s")
     print(f"{'views from':<16} {'workers':>7} {'views/s':>8} {'views/cpu-s':>11} {'peak RSS':>8} "
@@ -59,19 +59,21 @@ def bench(paths, args) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks views", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    int_, float_ = cli_args.converter(int), cli_args.converter(float)
+    p = cli_args.Parser("python -m benchmarks views", __doc__)
     p.add_argument("--data", help="corpus directory: used if it holds *.arrow, else written there")
-    p.add_argument("--rows", type=int, default=48, help="recordings of a written corpus")
-    p.add_argument("--seconds", type=float, default=60.0, help="recording length of a corpus")
-    p.add_argument("--transform", default="audio", choices=["audio", "debug"])
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--batches", type=int, default=8, help="timed batches per configuration")
+    p.add_argument("--rows", type=int_, default=48, help="recordings of a written corpus")
+    p.add_argument("--seconds", type=float_, default=60.0, help="recording length of a corpus")
+    p.add_argument("--transform", default="audio", choices=["audio", "debug"],
+                   help="the real audio transform, or the debug one (no decoding)")
+    p.add_argument("--batch_size", type=int_, default=32, help="clips per batch")
+    p.add_argument("--batches", type=int_, default=8, help="timed batches per configuration")
     p.add_argument("--workers", default="1,2,4,8,14",
                    help="worker counts (the GPU node's 14; a 2-core machine is oversubscribed)")
-    p.add_argument("--repeat", type=int, default=2, help="runs per configuration (best kept)")
-    p.add_argument("--window", type=float, default=6.0, help="window seconds (>= the 5 s clip)")
-    p.add_argument("--local", type=int, default=0,
+    p.add_argument("--repeat", type=int_, default=2, help="runs per configuration (best kept)")
+    p.add_argument("--window_s", type=float_, default=6.0,
+                   help="window seconds (>= the 5 s clip)")
+    p.add_argument("--local", type=int_, default=0,
                    help="also measure this many 2 s local crops per sample (multi-crop)")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)

@@ -1,5 +1,6 @@
-"""Shared pytest configuration and fixtures. The Slurm cluster fixture lives in
-tests/slurm_cluster.py."""
+"""Shared pytest configuration and fixtures. Helpers live in tests/support/ (on the path by
+pyproject's pythonpath): the Slurm cluster fixture (slurm_cluster.py), tiny run configs
+(tiny.py), resume harness (resume_helpers.py), loader shards, batches and runs."""
 
 import pytest
 
@@ -9,13 +10,33 @@ pytest_plugins = ["slurm_cluster"]
 
 
 @pytest.fixture(scope="session")
-def tiny_corpus(tmp_path_factory):
-    """A small demo corpus (12 train recordings in 2 shards, 6 eval) for multi-process runs."""
+def demo_corpus(tmp_path_factory):
+    """`demo_corpus(**kw)`: the demo corpus birdjepa.demo_data.write(DIR, **kw) writes (its
+    summary: out_dir, shards, ...), written once per session for each distinct `kw`: the one
+    way a test module gets a small corpus, so modules asking for the same one share it. Read it,
+    never write into it (copy it first)."""
+    written: dict[tuple, dict] = {}
+
+    def corpus(**kw) -> dict:
+        kw = {"n_shards": 1, "workers": 1, "seed": 0, **kw}
+        key = tuple(sorted(kw.items()))
+        if key not in written:
+            out = tmp_path_factory.mktemp("demo-corpus") / "corpus"
+            written[key] = birdjepa.demo_data.write(out, **kw)
+        return written[key]
+
+    return corpus
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory, demo_corpus):
+    """A small demo corpus (12 train recordings in 2 shards, 6 eval) for multi-process runs:
+    ROOT/train and ROOT/eval."""
     root = tmp_path_factory.mktemp("tiny-corpus")
-    birdjepa.demo_data.write(root / "train", n_recordings=12, n_shards=2, min_s=3.0, max_s=6.0,
-                             workers=1, seed=0)
-    birdjepa.demo_data.write(root / "eval", n_recordings=6, n_shards=1, min_s=3.0, max_s=6.0,
-                             workers=1, seed=1)
+    train = demo_corpus(n_recordings=12, n_shards=2, min_s=3.0, max_s=6.0, seed=0)
+    evaluation = demo_corpus(n_recordings=6, n_shards=1, min_s=3.0, max_s=6.0, seed=1)
+    (root / "train").symlink_to(train["out_dir"], target_is_directory=True)
+    (root / "eval").symlink_to(evaluation["out_dir"], target_is_directory=True)
     return root
 
 

@@ -270,7 +270,7 @@ def test_refuses_to_overwrite_unless_asked(tmp_path):
 
 def test_cli(tmp_path, capsys):
     out = tmp_path / "cli"
-    argv = [str(out), "--n-recordings", "3", "--n-shards", "2", "--seed", "4"]
+    argv = ["--out_dir", str(out), "--n-recordings", "3", "--n-shards", "2", "--seed", "4"]
     assert birdjepa.demo_data.cli.main([*argv, "--min-s", "1", "--max-s", "2", "--workers", "1"]) == 0
     printed = capsys.readouterr().out
     assert "wrote 3 recordings" in printed and "rufchi1" in printed

@@ -108,6 +108,7 @@ def run_local(tmp_path, monkeypatch, cfg, *, tasks: int, devices: int, job_cls=S
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_two_processes_equal_one_process(tiny_corpus, tmp_path, monkeypatch):
     runs = {}
@@ -136,6 +137,7 @@ def test_two_processes_equal_one_process(tiny_corpus, tmp_path, monkeypatch):
     assert runs[1, 1][0][0] != runs[1, 1][0][-1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_two_processes_preempted_resume_equal(tiny_corpus, tmp_path, monkeypatch):
     ref_cfg = make_cfg(tiny_corpus, tmp_path / "ref")
@@ -184,6 +186,7 @@ birdjepa.train.loop.main(cfg, should_stop=slow)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_dead_peer_makes_survivor_exit_nonzero(tiny_corpus, tmp_path):
     cfg = make_cfg(tiny_corpus, tmp_path / "dead", n_steps=10_000)

@@ -41,17 +41,20 @@ def splits(tmp_path):
     return tmp_path
 
 
-def base_args(root) -> list[str]:
+def base_args(root, extra: list[str] = ()) -> list[str]:
+    """The case's options after the common ones; a list option (one value per flag, repeated)
+    is given by the case or else by these defaults."""
+    shots = [] if "--shots" in extra else ["--shots", "1", "--shots", "0"]
     return ["--random", str(root / "tiny.toml"), "--train_shards", str(root / "train"),
-            "--test_shards", str(root / "test"), "--shots", "1", "0", "--seeds", "0",
-            "--out_dir", str(root / "out")]
+            "--test_shards", str(root / "test"), *shots, "--seeds", "0",
+            "--out_dir", str(root / "out"), *extra]
 
 
 CASES = {
     "knn_k": (["--probe.knn_k=0"], "config key 'probe.knn_k': expected an int >= 1, got 0"),
     "epochs": (["--probe.epochs=0"], "config key 'probe.epochs': expected an int >= 1, got 0"),
     "lr": (["--probe.lr=nan"], "config key 'probe.lr': expected a finite number > 0, got nan"),
-    "shots": (["--shots", "1", "3"], "config key 'shots': few-shot k=3: expected >= 3 training "
+    "shots": (["--shots", "1", "--shots", "3"], "config key 'shots': few-shot k=3: expected >= 3 training "
               "rows per class, class 0 ('a') has 2"),
     "label column": (["--test_label_column", "species"], "config key 'test_label_column': "
                      "expected a column of"),
@@ -66,7 +69,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_inputs_fail_in_one_line_before_any_embedding(case, splits, embed_calls, capsys):
     extra, message = CASES[case]
-    assert birdjepa.evaluate.cli.main(base_args(splits) + extra) == 2
+    assert birdjepa.evaluate.cli.main(base_args(splits, extra)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert message in err and "Traceback" not in err
@@ -82,7 +85,7 @@ def test_class_lists_and_empty_labels_fail_before_any_embedding(splits, embed_ca
              "every class of the test list, got "),
             (["--test_shards", str(splits / "empty")], "config key 'test_label_column': "
              "expected at least one positive label (every metric would be NaN), got 3 rows")):
-        assert birdjepa.evaluate.cli.main(base_args(splits) + extra) == 2
+        assert birdjepa.evaluate.cli.main(base_args(splits, extra)) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
         assert "test set " in err

@@ -111,8 +111,9 @@ def test_report_cli_rerenders_and_merges(tmp_path):
     results.write(fake_rows("supervised"), tmp_path / "b")
     r = subprocess.run([sys.executable, "-m", "birdjepa.evaluate.report",
                         str(tmp_path / "a" / "results.parquet"), str(tmp_path / "b" / "results.csv"),
-                        "--format", "markdown", "--metric", "cmap", "auroc", "--out",
-                        str(tmp_path / "t.md"), "--plot", str(tmp_path / "p.png"), "--merged",
+                        "--format", "markdown", "--metric", "cmap", "--metric", "auroc",
+                        "--out", str(tmp_path / "t.md"), "--plot", str(tmp_path / "p.png"),
+                        "--out_dir",
                         str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "t.md").read_text()

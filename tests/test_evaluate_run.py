@@ -22,32 +22,17 @@ import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.probes as probes
 import birdjepa.train.loop
 
-TINY_TRAIN = """
-n_classes = 12
-seed = 0
-[model]
-width = 16
-depth = 1
-n_heads = 2
-n_registers = 1
-patch = [32, 32]
-pool = "mean"
-[data]
-train_shards = "x"
-eval_shards = "x"
-n_frames = 512
-"""
 FAST = probes.ProbeConfig(min_steps=5, epochs=1, n_prototypes=2)
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, demo_corpus):
     root = tmp_path_factory.mktemp("eval-corpus")
-    birdjepa.demo_data.write(root / "train", n_recordings=24, n_shards=1, min_s=5.0, max_s=5.0,
-                             workers=1, seed=0)
+    train = demo_corpus(n_recordings=24, n_shards=1, min_s=5.0, max_s=5.0)["out_dir"]
+    (root / "train").symlink_to(train, target_is_directory=True)
     birdjepa.demo_data.write_soundscapes(root / "test", n_soundscapes=2, n_segments=3)
     birdjepa.demo_data.write_soundscapes(root / "test2", n_soundscapes=2, n_segments=3, seed=5)
-    (root / "tiny.toml").write_text(TINY_TRAIN)
+    (root / "tiny.toml").write_text(tiny.tiny_toml("x", n_steps=1))  # a random encoder
     return root
 
 

@@ -25,10 +25,10 @@ PAD = 498  # Kaldi frames of a 5 s clip; frames PAD..511 are loader padding
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(demo_corpus):
     """12 recordings of 3-9 s (some shorter than a clip), mixed codecs, rates and channels."""
-    out = tmp_path_factory.mktemp("audio") / "clean"
-    s = birdjepa.demo_data.write(out, n_recordings=N, n_shards=3, min_s=3.0, max_s=9.0, workers=1)
+    s = demo_corpus(n_recordings=N, n_shards=3, min_s=3.0, max_s=9.0)
+    out = s["out_dir"]
     tbl = pa.concat_tables(pa.ipc.open_stream(pa.memory_map(p)).read_all() for p in s["shards"])
     return {
         "dir": str(out),

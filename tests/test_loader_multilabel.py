@@ -23,10 +23,9 @@ CLASSES = [[0, 2], [], None, [4], [1, 3, 4], [-1], [2, 2], [0]]
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, demo_corpus):
     tmp = tmp_path_factory.mktemp("ml")
-    rec = birdjepa.demo_data.write(tmp / "src", n_recordings=len(CLASSES), n_shards=1,
-                                   min_s=5.0, max_s=6.0, workers=1, seed=3)
+    rec = demo_corpus(n_recordings=len(CLASSES), n_shards=1, min_s=5.0, max_s=6.0, seed=3)
     audio = table.audio_bytes(table.read(rec["out_dir"], ["audio"]))
     feats = datasets.Features({
         "audio": {"bytes": datasets.Value("binary"), "path": datasets.Value("string")},

@@ -159,6 +159,7 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_no_thread_or_memory_leak_over_200_loaders(shards):
     def cycle(k):

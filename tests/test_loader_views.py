@@ -19,12 +19,11 @@ CLIP = 498  # Kaldi frames of a 5 s clip
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(demo_corpus):
     """16 recordings of 4-14 s: mixed codecs, rates (incl. 22.05/44.1/48 kHz) and channels;
     some shorter than the window, some shorter than a clip."""
-    out = tmp_path_factory.mktemp("views")
-    s = birdjepa.demo_data.write(out, n_recordings=16, n_shards=2, min_s=4.0, max_s=14.0,
-                                 workers=1, seed=3)
+    s = demo_corpus(n_recordings=16, n_shards=2, min_s=4.0, max_s=14.0, seed=3)
+    out = s["out_dir"]
     tbl = pa.concat_tables(pa.ipc.open_stream(pa.memory_map(p)).read_all() for p in s["shards"])
     return {"dir": str(out), "audio": [a["bytes"] for a in tbl.column("audio").to_pylist()],
             "duration_s": tbl.column("duration_s").to_numpy()}

@@ -62,11 +62,11 @@ def run_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, demo_corpus):
     """4 demo recordings as shards, and the same recordings as audio files in a directory."""
     root = tmp_path_factory.mktemp("models-corpus")
-    birdjepa.demo_data.write(root / "shards", n_recordings=4, n_shards=1, min_s=2.0, max_s=3.0,
-                             workers=1, seed=5)
+    shards = demo_corpus(n_recordings=4, n_shards=1, min_s=2.0, max_s=3.0, seed=5)["out_dir"]
+    (root / "shards").symlink_to(shards, target_is_directory=True)
     tbl = table.read(root / "shards", ["audio", "codec"])
     (root / "files" / "sub").mkdir(parents=True)
     for i, (b, codec) in enumerate(zip(table.audio_bytes(tbl), tbl.column("codec").to_pylist(), strict=True)):
@@ -78,8 +78,8 @@ def corpus(tmp_path_factory):
 def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_path):
     copy = tmp_path / "run-copy"
     shutil.copytree(run_dir, copy)
-    assert birdjepa.export.main([str(copy), str(tmp_path / "out")]) == 0
-    want, want_cfg = birdjepa.encoder.load_encoder(copy)  # the old import path still works
+    assert birdjepa.export.main([str(copy), "--out_dir", str(tmp_path / "out")]) == 0
+    want, want_cfg = birdjepa.encoder.load_encoder(copy)
     src = birdjepa.models.artifact.from_run(copy)
     digest = birdjepa.runtime.integrity.checkpoint_digest(copy, src.info["step"])
     assert src.info["checkpoint_digest"] == digest and len(digest) == 64
@@ -103,8 +103,8 @@ def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_pa
 
 
 def _embed_cli(model, sources, out, *extra):
-    argv = [str(model), *map(str, sources), "--out", str(out), "--window", str(WINDOW), "--hop",
-            str(HOP), "--quiet", *extra]
+    argv = [str(model), *map(str, sources), "--out", str(out), "--window_s", str(WINDOW),
+            "--hop_s", str(HOP), "--quiet", *extra]
     return birdjepa.models.embed_cli.run(birdjepa.models.embed_cli.parser().parse_args(argv))
 
 
@@ -145,8 +145,8 @@ def test_embed_cli_on_shards_carries_rows_and_dataset_columns(run_dir, corpus, t
 
 
 def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
-    argv = [str(run_dir), str(corpus / "files"), "--out", str(tmp_path / "d.csv"), "--window",
-            str(WINDOW), "--top-k", "2", "--min-conf", "0.0", "--quiet"]
+    argv = [str(run_dir), str(corpus / "files"), "--out", str(tmp_path / "d.csv"),
+            "--window_s", str(WINDOW), "--top-k", "2", "--min-conf", "0.0", "--quiet"]
     assert birdjepa.predict.main(argv) == 0
     t = pyarrow.csv.read_csv(tmp_path / "d.csv")
     assert t.column_names == ["file", "start_s", "end_s", "class", "confidence", "class_index"]

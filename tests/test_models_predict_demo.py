@@ -21,9 +21,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow  # ~3 min on 2 busy cores: 150 steps of the demo config, then one predict
-def test_predict_finds_demo_species_in_soundscapes_above_chance(tmp_path):
-    birdjepa.demo_data.write(tmp_path / "train", n_recordings=96, n_shards=1, min_s=5, max_s=8,
-                             seed=0, workers=1)
+def test_predict_finds_demo_species_in_soundscapes_above_chance(tmp_path, demo_corpus):
+    train = demo_corpus(n_recordings=96, n_shards=1, min_s=5, max_s=8, seed=0)["out_dir"]
+    (tmp_path / "train").symlink_to(train, target_is_directory=True)
     birdjepa.demo_data.write_soundscapes(tmp_path / "ss", n_soundscapes=8, n_segments=12,
                                          seed=2)
     cfg = birdjepa.config.load(REPO / "configs" / "demo.toml")

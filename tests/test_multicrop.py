@@ -15,8 +15,8 @@ import birdjepa.train.loop
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return h.write_corpus(tmp_path_factory.mktemp("multicrop") / "corpus")
+def corpus(demo_corpus):
+    return demo_corpus(**h.CORPUS)["out_dir"]
 
 
 def _cfg(corpus, run_dir, **data):

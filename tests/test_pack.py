@@ -25,7 +25,7 @@ def test_pack_resumes_after_sigkill(tmp_path):
     os.makedirs(os.path.dirname(src))
     birdset.write_split(src, many, birdset.features([c.code for c in catalogue.SPECIES]))
     dst = tmp_path / "packed"
-    cmd = [sys.executable, "-m", "birdjepa.sources", "pack", src, str(dst), "--shard_mb", "2",
+    cmd = [sys.executable, "-m", "birdjepa.sources", "pack", src, "--out_dir", str(dst), "--shard_mb", "2",
            "--workers", "1"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -30,12 +30,11 @@ N = 16  # steps of every run; a checkpoint every step
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, demo_corpus):
     root = tmp_path_factory.mktemp("resume")
     h.JAX_CACHE = str(root / "jax-cache")
-    h.write_corpus(root / "corpus")
     cfg = root / "tiny.toml"
-    cfg.write_text(h.tiny_toml(root / "corpus", n_steps=N, ckpt_every=1))
+    cfg.write_text(tiny.tiny_toml(demo_corpus(**h.CORPUS)["out_dir"], n_steps=N, ckpt_every=1))
     yield root, cfg
     h.JAX_CACHE = None
 

@@ -13,16 +13,15 @@ import pytest
 import resume_helpers
 
 import birdjepa.config
-import birdjepa.demo_data
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "pre-schema-run"
 EXACT = ("loss", "grad_norm", "probe_loss", "param_norm", "lr")
 
 
 @pytest.mark.slow
-def test_a_run_saved_before_the_schema_change_resumes_bit_exactly(tmp_path):
-    birdjepa.demo_data.write(tmp_path / "corpus", n_recordings=24, n_shards=2, min_s=5.0,
-                             max_s=8.0, workers=1)
+def test_a_run_saved_before_the_schema_change_resumes_bit_exactly(tmp_path, demo_corpus):
+    corpus = demo_corpus(**resume_helpers.CORPUS)["out_dir"]  # the fixture's, see its README
+    (tmp_path / "corpus").symlink_to(corpus, target_is_directory=True)
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     shutil.copytree(FIXTURE / "2", run / "checkpoints" / "2")

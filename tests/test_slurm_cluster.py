@@ -13,7 +13,7 @@ from slurm_cluster import MARKER_ENV, SlurmCluster, SlurmClusterError
 from slurm_cluster import slurm_cluster as _slurm_cluster_fixture  # noqa: F401 - registers it
 
 # The first test's budget includes the fixture's package install (~70 s from a clean machine).
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 

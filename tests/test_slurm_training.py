@@ -25,7 +25,7 @@ import birdjepa.launch
 import birdjepa.runtime.checkpoint
 import birdjepa.train.state
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"

@@ -245,3 +245,33 @@ def test_no_two_modules_share_a_bare_name_unless_they_are_the_same_thing():
         alias = importlib.import_module(public)
         assert alias.__all__ and all(getattr(alias, n) is getattr(home, n) for n in alias.__all__)
     assert sorted(shared) == ["audio", "launch", "sources"]
+def _marks(decorators: list[ast.expr]) -> dict[str, list]:
+    """{mark name: its constant arguments} of `pytest.mark.NAME(...)` expressions."""
+    out = {}
+    for d in decorators:
+        call = d if isinstance(d, ast.Call) else None
+        attr = call.func if call else d
+        if isinstance(attr, ast.Attribute) and ast.unparse(attr).startswith("pytest.mark."):
+            out[attr.attr] = [a.value for a in (call.args if call else [])
+                              if isinstance(a, ast.Constant)]
+    return out
+
+
+def test_a_test_with_a_timeout_of_300_s_or_more_is_marked_slow():
+    """The `slow` mark documents (make test still runs every test): anything allowed 300 s or
+    more carries it, on the test or on its module's pytestmark."""
+    unmarked = []
+    for f in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(f.read_text())
+        module: dict[str, list] = {}
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+                v = node.value
+                module = _marks(v.elts if isinstance(v, ast.List | ast.Tuple) else [v])
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+                marks = {**module, **_marks(node.decorator_list)}
+                if (marks.get("timeout") or [0])[0] >= 300 and "slow" not in marks:
+                    unmarked.append(f"{f.name}::{node.name}")
+    assert unmarked == []

@@ -1,4 +1,4 @@
-"""`python -m birdjepa.export RUN_DIR OUT_DIR`: a run's encoder as safetensors + JSON + a model
+"""`python -m birdjepa.export RUN_DIR --out_dir DIR`: a run's encoder as safetensors + JSON + a model
 card (birdjepa.models.artifact)."""
 
 import sys

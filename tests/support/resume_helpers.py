@@ -1,5 +1,6 @@
-"""Helpers for the resume proofs (tests/test_resume.py, docs/issues/005-resume-is-exact): a tiny
-config on a demo corpus, CLI runs in subprocesses, and bitwise comparison of runs."""
+"""Helpers for the resume proofs (tests/test_resume.py, docs/issues/005-resume-is-exact): their
+demo corpus, CLI runs in subprocesses, and bitwise comparison of runs (the tiny config itself is
+tests/support/tiny.py's tiny_toml)."""
 
 import json
 import os
@@ -13,7 +14,6 @@ import time
 import jax
 import numpy as np
 
-import birdjepa.demo_data
 import birdjepa.runtime.job
 import birdjepa.runtime.preemption
 import birdjepa.train.cli
@@ -26,51 +26,9 @@ DETERMINISTIC = ("loss", "probe_loss", "probe_acc", "train_acc", "lr", "grad_nor
 """metrics.jsonl keys that are functions of the training stream (not of wall-clock time)."""
 
 
-def write_corpus(out: pathlib.Path) -> pathlib.Path:
-    """A tiny demo corpus (24 recordings of 5-8 s in 2 shards): seconds to write."""
-    birdjepa.demo_data.write(out, n_recordings=24, n_shards=2, min_s=5.0, max_s=8.0, workers=1)
-    return out
-
-
-def tiny_toml(corpus: pathlib.Path, *, n_steps: int, ckpt_every: int = 1, n_workers: int = 1,
-              seed: int = 0) -> str:
-    """Width-32, depth-1 supervised ViT on 512 x 128 clips (patch 32 x 16: 128 tokens), batch 8,
-    the real loader; a metrics row every step, a checkpoint every `ckpt_every` steps."""
-    return f"""\
-n_steps = {n_steps}
-seed = {seed}
-batch_size = 8
-n_classes = 12
-eval_every = 0
-log_every = 1
-ckpt_every = {ckpt_every}
-ckpt_keep = 2
-
-[objective]
-name = "supervised"
-
-[model]
-preset = "debug"
-width = 32
-depth = 1
-n_heads = 2
-patch = [32, 16]
-
-[data]
-train_shards = "{corpus}"
-eval_shards = "{corpus}"
-n_workers = {n_workers}
-n_views = 1
-n_frames = 512
-n_mels = 128
-
-[optim]
-lr = 2e-3
-warmup = 4
-
-[wandb]
-mode = "disabled"
-"""
+CORPUS = dict(n_recordings=24, n_shards=2, min_s=5.0, max_s=8.0)
+"""The resume proofs' corpus (conftest's demo_corpus(**CORPUS)): 24 recordings of 5-8 s in 2
+shards, seconds to write; tests/fixtures/pre-schema-run was trained on it."""
 
 
 JAX_CACHE: str | None = None

@@ -1,6 +1,8 @@
-"""Tiny training configs and synthetic loaders: a run in seconds, for tests."""
+"""The one home of tiny training runs for tests: `tiny_config` (a Config on synthetic loaders,
+seconds per run) and `tiny_toml` (a TOML for the CLI and the real loader on a demo corpus)."""
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -42,6 +44,47 @@ def tiny_config(objective: str = "supervised", **overrides):
     )
     cfg = dataclasses.replace(cfg, **overrides)
     return dataclasses.replace(cfg, model=birdjepa.config.architecture.resolve(cfg.model))
+
+
+def tiny_toml(corpus: str | os.PathLike, *, n_steps: int, ckpt_every: int = 1, n_workers: int = 1,
+              seed: int = 0) -> str:
+    """Width-32, depth-1 supervised ViT on 512 x 128 clips (patch 32 x 16: 128 tokens), batch 8,
+    the real loader; a metrics row every step, a checkpoint every `ckpt_every` steps."""
+    return f"""\
+n_steps = {n_steps}
+seed = {seed}
+batch_size = 8
+n_classes = 12
+eval_every = 0
+log_every = 1
+ckpt_every = {ckpt_every}
+ckpt_keep = 2
+
+[objective]
+name = "supervised"
+
+[model]
+preset = "debug"
+width = 32
+depth = 1
+n_heads = 2
+patch = [32, 16]
+
+[data]
+train_shards = "{corpus}"
+eval_shards = "{corpus}"
+n_workers = {n_workers}
+n_views = 1
+n_frames = 512
+n_mels = 128
+
+[optim]
+lr = 2e-3
+warmup = 4
+
+[wandb]
+mode = "disabled"
+"""
 
 
 tiny_loaders = birdjepa.data.synthetic.loaders

@@ -10,7 +10,7 @@ RUNS=${RUNS:-runs/008-views}
 export WANDB_MODE=${WANDB_MODE:-offline}
 make data/demo/.done-split
 .venv/bin/python -m benchmarks views --workers 1,2 --repeat 2 --batches 8 \
-    --window "${WINDOW:-6}"
+    --window_s "${WINDOW:-6}"
 rm -rf "$RUNS"
 mkdir -p "$RUNS"
 run() {  # run NAME CONFIG [overrides...]

@@ -12,7 +12,7 @@ export WANDB_MODE=${WANDB_MODE:-offline}
 make data/demo/.done-split
 mkdir -p "$RUNS"
 .venv/bin/python -m benchmarks views --data "$RUNS/corpus60" --workers 1,2 --repeat 2 \
-    --batches 8 --window 8 --local 4
+    --batches 8 --window_s 8 --local 4
 .venv/bin/python -m benchmarks loader --data "$RUNS/corpus60" --workers 1,2,4,8,14,16 \
     --repeat 1 --batches 8 --no-peer
 .venv/bin/python -m benchmarks transforms
@@ -28,4 +28,5 @@ train multicrop_400 demo-lejepa --n_steps=400
 train multicrop_800 demo-lejepa
 train multicrop_800_probe demo-random --init_encoder="$RUNS/multicrop_800"
 .venv/bin/python -m birdjepa.evaluate --cfg configs/eval-demo.toml --out_dir="$RUNS/eval" \
-    --encoders "$RUNS/window_400" "$RUNS/window_800" "$RUNS/multicrop_400" "$RUNS/multicrop_800"
+    --encoders "$RUNS/window_400" --encoders "$RUNS/window_800" --encoders "$RUNS/multicrop_400" \
+    --encoders "$RUNS/multicrop_800"

@@ -8,17 +8,17 @@ set -euo pipefail
 WORK=${WORK:-/tmp/eval010}
 PY=${PY:-python}
 D="--data.train_shards=$WORK/data/train --data.eval_shards=$WORK/data/eval"
-[ -f "$WORK/data/train/state.json" ] || $PY -m birdjepa.demo_data "$WORK/data/train" --seed 0 \
+[ -f "$WORK/data/train/state.json" ] || $PY -m birdjepa.demo_data --out_dir "$WORK/data/train" --seed 0 \
     --n-recordings 576 --min-s 5 --max-s 20 --overwrite
-[ -f "$WORK/data/eval/state.json" ] || $PY -m birdjepa.demo_data "$WORK/data/eval" --seed 1 \
+[ -f "$WORK/data/eval/state.json" ] || $PY -m birdjepa.demo_data --out_dir "$WORK/data/eval" --seed 1 \
     --n-recordings 240 --n-shards 2 --min-s 5 --max-s 10 --overwrite
-[ -f "$WORK/data/soundscape/state.json" ] || $PY -m birdjepa.demo_data "$WORK/data/soundscape" \
+[ -f "$WORK/data/soundscape/state.json" ] || $PY -m birdjepa.demo_data --out_dir "$WORK/data/soundscape" \
     --soundscapes 24 --n-segments 12 --n-shards 2 --seed 2 --overwrite
 [ -f "$WORK/runs/supervised/COMPLETE" ] || $PY -m birdjepa.pretrain \
     --cfg configs/demo.toml $D --run_dir="$WORK/runs/supervised" --wandb.mode=disabled
 [ -f "$WORK/runs/lejepa/COMPLETE" ] || $PY -m birdjepa.pretrain \
     --cfg configs/demo-lejepa.toml $D --run_dir="$WORK/runs/lejepa" --wandb.mode=disabled
-EVAL="--cfg configs/eval-demo.toml --encoders $WORK/runs/supervised $WORK/runs/lejepa \
+EVAL="--cfg configs/eval-demo.toml --encoders $WORK/runs/supervised --encoders $WORK/runs/lejepa \
     --train_shards=$WORK/data/train --test_shards=$WORK/data/soundscape"
 if [ "${BEFORE:-0}" = 1 ]; then  # the previous evaluator, 5 seeds
     rm -rf "$WORK/before" "$WORK/eval-before" && mkdir -p "$WORK/before"

@@ -2,7 +2,8 @@
 
 `python -m birdjepa.pretrain --cfg FILE.toml [--n_steps=40 --optim.lr=1e-3 ...]`: the TOML file
 is checked against the dataclasses (unknown keys and wrong types are errors naming the key) and
-becomes the default instance that tyro then overrides from the command line.
+is overridden from the command line (birdjepa.config.command_line, in the one voice of
+birdjepa.runtime.cli_args).
 """
 
 import dataclasses
@@ -10,18 +11,17 @@ import hashlib
 import json
 import math
 import pathlib
-import sys
 import tomllib
 import types
 import typing
 
 import tomli_w
-import tyro
 
 import birdjepa._rs
 import birdjepa.config.architecture as model_cfg
 import birdjepa.config.bounds as bounds
 import birdjepa.config.cluster as distributed_cfg
+import birdjepa.config.command_line as command_line
 import birdjepa.config.keys as keys
 import birdjepa.config.losses as objectives_cfg
 import birdjepa.config.optimizer as optim_cfg
@@ -129,11 +129,18 @@ def _coerce(t, v, key: str):
                 return _coerce(a, v, key)
             except ConfigError as e:
                 errors.append(e)
+        if len(errors) == 1:  # X | None: X's own message
+            raise errors[0] from None
         raise ConfigError(f"config key {key!r}: expected {_type_name(t)}, got {v!r}")
     if origin is typing.Literal:
         if v not in args:
             raise ConfigError(f"config key {key!r}: expected one of {list(args)}, got {v!r}")
         return v
+    if origin is dict:  # a table of strings, e.g. path_map = {OLD = NEW}
+        if not (isinstance(v, dict) and all(isinstance(x, str) for kv in v.items() for x in kv)):
+            raise ConfigError(f"config key {key!r}: expected a table of strings "
+                              f"(e.g. {{OLD = NEW}}), got {v!r}")
+        return dict(v)
     if origin is tuple:
         ok = isinstance(v, list | tuple)
         if ok and not (len(args) == 2 and args[1] is Ellipsis):
@@ -162,6 +169,12 @@ def from_dict(cls, d: dict, *, prefix: str = ""):
     """An instance of dataclass `cls` from its defaults updated by (nested) dict `d`."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
+    for old, new in getattr(cls, "RENAMED", {}).items():  # keys of older configs
+        if old in d:
+            if new in d:
+                raise ConfigError(f"config keys {prefix + old!r} and {prefix + new!r}: expected "
+                                  f"one (the first is the old name of the second), got both")
+            d = {(new if k == old else k): v for k, v in d.items()}
     for k in d:
         if k not in names:
             raise ConfigError(keys.unknown_key(prefix, k, names))
@@ -170,6 +183,11 @@ def from_dict(cls, d: dict, *, prefix: str = ""):
 
 def load(path: str | pathlib.Path, cls=None):
     """The `cls` (default Config) a TOML file describes; ConfigError naming what is wrong."""
+    return from_dict(cls or Config, load_dict(path))
+
+
+def load_dict(path: str | pathlib.Path) -> dict:
+    """The tables of a TOML file; ConfigError for a missing file or invalid TOML."""
     try:
         with open(path, "rb") as f:
             d = tomllib.load(f)
@@ -178,7 +196,7 @@ def load(path: str | pathlib.Path, cls=None):
                           "does not exist") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
-    return from_dict(cls or Config, d)
+    return d
 
 
 def strip_none(x):
@@ -196,46 +214,8 @@ def to_toml(cfg: Config) -> str:
     return tomli_w.dumps(strip_none(dataclasses.asdict(cfg)))
 
 
-def flags(argv: list[str]) -> list[str]:
-    """One flag style for every CLI of the package: options are spelled with underscores
-    (`--n_steps`, `--slurm.tasks_per_node`), and dashes are accepted as an alias
-    (`--n-steps`). Values are left alone."""
-    out = []
-    for a in argv:
-        if a.startswith("--") and len(a) > 2:
-            name, eq, value = a[2:].partition("=")
-            a = "--" + name.replace("-", "_") + eq + value
-        out.append(a)
-    return out
-
-
-def cli(argv: list[str] | None = None, cls=None, *, prog: str = "python -m birdjepa.train",
-        description: str = "Pretrain a birdjepa encoder."):
-    """`--cfg FILE.toml` (optional, loaded first) then tyro overrides of a `cls` (default
-    Config); `--help` lists --cfg and every field; `prog` is the command users type."""
-    cls = cls or Config
-    argv = flags(list(sys.argv[1:] if argv is None else argv))
-    default, path = cls(), ""
-    for i, a in enumerate(argv):
-        if a == "--cfg" or a.startswith("--cfg="):
-            if "=" not in a and i + 1 >= len(argv):
-                raise ConfigError("--cfg: expected a TOML file, got nothing")
-            path = a.split("=", 1)[1] if "=" in a else argv[i + 1]
-            default = load(path, cls)
-            break
-    bad = keys.unknown_flag(argv, cls)
-    if bad:
-        raise ConfigError(bad)
-
-    @dataclasses.dataclass(frozen=True)
-    class Args:
-        cfg: str = path
-        """TOML file loaded first; every option below overrides it."""
-        config: typing.Annotated[cls, tyro.conf.arg(name="")] = default
-
-    # Booleans take a value (--optim.muon=True), like every other dotted override.
-    return tyro.cli(Args, args=argv, use_underscores=True, prog=prog, description=description,
-                    config=(tyro.conf.FlagConversionOff,)).config
+cli = command_line.cli
+"""`--cfg FILE.toml` then `--key=value` overrides of a config dataclass (config.command_line)."""
 
 
 NOT_SHAPING = (

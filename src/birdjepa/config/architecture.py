@@ -14,7 +14,7 @@ class ModelConfig:
     patch: tuple[int, int] | None = None
     """Patch size (time frames, mel bins); must divide (n_frames, n_mels). Preset: 16 16."""
     width: int | None = None
-    """Token dimension."""
+    """Token dimension: the width of every token and of the pooled embedding."""
     depth: int | None = None
     """Number of transformer blocks."""
     n_heads: int | None = None

@@ -33,6 +33,7 @@ def unknown_flag(argv: list[str], cls) -> str | None:
     --help), or None."""
     names = leaf_names(cls)
     known = {n.replace("-", "_") for n in names} | {"help", "h", "cfg"}
+    known |= {"no_" + n for n in known}  # booleans: --flag / --no_flag
     for a in argv:
         if not a.startswith("--") or a == "--":
             continue

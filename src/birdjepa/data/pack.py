@@ -1,5 +1,5 @@
-"""`python -m birdjepa.sources pack SRC DST`: write any readable dataset (path-only audio
-included) as embedded-bytes Arrow shards of about `--shard-mb` each, for clusters where many
+"""`python -m birdjepa.sources pack SRC --out_dir DST`: write any readable dataset (path-only audio
+included) as embedded-bytes Arrow shards of about `--shard_mb` each, for clusters where many
 small files on a network file system are slow.
 
 * Every column is kept; the audio column becomes HF's `{bytes, path}` struct whose bytes are the
@@ -13,7 +13,6 @@ small files on a network file system are slow.
   `save_to_disk` directory (`datasets.load_from_disk` and `birdjepa.data.Loader` read it).
 """
 
-import argparse
 import concurrent.futures
 import hashlib
 import json
@@ -28,6 +27,7 @@ import pyarrow as pa
 import birdjepa._rs
 import birdjepa.data.ipc
 import birdjepa.data.paths
+import birdjepa.runtime.cli_args as cli_args
 
 PLAN = "pack-plan.json"
 BATCH_ROWS = 100
@@ -270,39 +270,32 @@ class _Progress:
             print(file=sys.stderr)
 
 
-def _path_map(items: list[str]) -> dict:
-    out = {}
-    for it in items:
-        if "=" not in it:
-            raise SystemExit(f"--path-map: expected STORED_PREFIX=LOCAL_PREFIX, got {it!r}")
-        k, v = it.split("=", 1)
-        out[k] = v
-    return out
-
-
-def main(argv: list[str], resolve) -> int:
-    """The `pack` command line; `resolve(spec, split)` gives the Arrow files of SRC."""
-    p = argparse.ArgumentParser(prog="python -m birdjepa.sources pack", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", help="shards as birdjepa.data.resolve_shards takes them (DIR:SPLIT...)")
-    p.add_argument("dst", help="output directory (a save_to_disk layout)")
-    p.add_argument("--shard_mb", "--shard-mb", type=float, default=500.0,
+def add_options(p: cli_args.Parser) -> cli_args.Parser:
+    """Every option of `python -m birdjepa.sources pack`, in one place."""
+    p.add_argument("src", metavar="SRC",
+                   help="shards as birdjepa.data.resolve_shards takes them (DIR:SPLIT, ...)")
+    p.add_argument("--out_dir", required=True,
+                   help="directory to write: a save_to_disk layout (DST above)")
+    p.add_argument("--shard_mb", type=cli_args.converter(float), default=500.0,
                    help="target audio megabytes per shard")
-    p.add_argument("--workers", type=int, default=4, help="shards written at once")
-    p.add_argument("--audio_column", "--audio-column", default="audio")
-    p.add_argument("--audio_root", "--audio-root", default="",
+    p.add_argument("--workers", type=cli_args.converter(int), default=4,
+                   help="shards written at once")
+    p.add_argument("--audio_column", default="audio", help="the audio column of SRC")
+    p.add_argument("--audio_root", default="",
                    help="directory relative audio paths start from")
-    p.add_argument("--path_map", "--path-map", action="append", default=[],
-                   metavar="STORED=LOCAL", help="rewrite a stored path prefix (repeatable)")
-    p.add_argument("--split", default=None)
-    a = p.parse_args(argv)
+    p.add_path_map()
+    p.add_argument("--split", default=None, help="the split of SRC to read, if it has several")
+    return p
+
+
+def run(a, resolve) -> int:
+    """Pack as the command line `a` says; `resolve(spec, split)` gives the Arrow files of SRC."""
     try:
-        s = pack(resolve(a.src, a.split), a.dst, shard_mb=a.shard_mb, workers=a.workers,
+        s = pack(resolve(a.src, a.split), a.out_dir, shard_mb=a.shard_mb, workers=a.workers,
                  audio_column=a.audio_column, audio_root=a.audio_root,
-                 path_map=_path_map(a.path_map))
+                 path_map=a.path_map or {})
     except (birdjepa._rs.Error, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     print(f"packed {s['n_rows']} rows into {len(s['shards'])} shards ({s['bytes'] / 1e6:.1f} MB, "
           f"{s['skipped']} already done) in {s['seconds']:.1f} s -> {s['dst']}")
     return 0

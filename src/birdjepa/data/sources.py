@@ -27,13 +27,13 @@ import glob
 import json
 import os
 import re
-import sys
 import warnings
 from collections.abc import Sequence
 
 import birdjepa._rs
 import birdjepa.data.ipc
 import birdjepa.data.pack as pack
+import birdjepa.runtime.cli_args as cli_args
 
 _PART = re.compile(r"-\d{5}-of-\d{5}$")
 _SPLIT_WORDS = ("train", "test", "validation", "valid", "val", "eval", "dev")
@@ -233,12 +233,13 @@ def class_names(paths: list[str], column: str, dataset=None) -> list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m birdjepa.sources pack SRC DST ...` (birdjepa.data.pack)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] != "pack":
-        print("usage: python -m birdjepa.sources pack SRC DST [--shard_mb MB] [--workers N] "
-              "[--audio_column C] [--audio_root DIR] [--path_map STORED=LOCAL] [--split S]\n"
-              "  pack: write any readable dataset (path-only audio included) as embedded-bytes "
-              "Arrow shards", file=sys.stderr)
-        return 2
-    return pack.main(argv[1:], resolve)
+    """`python -m birdjepa.sources pack SRC --out_dir DST ...` (birdjepa.data.pack)."""
+    p = cli_args.Parser("python -m birdjepa.sources", "Dataset tools of birdjepa.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           parser_class=cli_args.Parser,
+                           help="the tool to run; `COMMAND --help` explains its options")
+    pack.add_options(sub.add_parser(
+        "pack", prog="python -m birdjepa.sources pack", description=pack.__doc__,
+        help="write any readable dataset (path-only audio included) as embedded-bytes Arrow "
+        "shards"))
+    return pack.run(p.parse_args(argv), resolve)

@@ -1,39 +1,40 @@
-"""`python -m birdjepa.demo_data OUT_DIR [--n_recordings N ...]`: write a demo corpus;
-`python -m birdjepa.demo_data OUT_DIR --soundscapes N [--n-segments S]`: the soundscape test split
-(birdjepa.demo_data.soundscape)."""
+"""`python -m birdjepa.demo_data --out_dir DIR [--n_recordings N ...]`: write a demo corpus;
+`python -m birdjepa.demo_data --out_dir DIR --soundscapes N [--n_segments S]`: the soundscape test
+split (birdjepa.demo_data.soundscape)."""
 
-import argparse
 import sys
 
-import birdjepa.config
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.demo_data.soundscape as soundscape
 import birdjepa.demo_data.writer as writer
+import birdjepa.runtime.cli_args as cli_args
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m birdjepa.demo_data",
-        description="Write the deterministic synthetic bird-song demo corpus (HF datasets format)."
-    )
-    p.add_argument("out_dir")
-    p.add_argument("--n_recordings", type=int, default=192)
-    p.add_argument("--n_shards", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--min_s", type=float, default=5.0, help="shortest recording, seconds")
-    p.add_argument("--max_s", type=float, default=60.0, help="longest recording, seconds")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: up to 2)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
-    p.add_argument("--soundscapes", type=int, default=0, metavar="N",
-                   help="write instead a test split of N soundscapes cut into 5 s multilabel "
-                        "segments (BirdSet's shape)")
-    p.add_argument("--n_segments", type=int, default=12, help="5 s segments per soundscape")
+    """The command line; its options, in one place."""
+    int_, float_ = cli_args.converter(int), cli_args.converter(float)
+    p = cli_args.Parser("python -m birdjepa.demo_data", "Write the deterministic synthetic "
+                        "bird-song demo corpus (HF datasets format).")
+    p.add_argument("--out_dir", required=True, help="directory to write (created)")
+    p.add_argument("--n_recordings", type=int_, default=192, help="recordings to write")
+    p.add_argument("--n_shards", type=int_, default=4, help="Arrow files to split them over")
+    p.add_argument("--seed", type=int_, default=0,
+                   help="seed of species, songs, codecs and lengths: the same seed writes the "
+                   "same corpus")
+    p.add_argument("--min_s", type=float_, default=5.0, help="shortest recording, seconds")
+    p.add_argument("--max_s", type=float_, default=60.0, help="longest recording, seconds")
+    p.add_argument("--workers", type=int_, default=None, help="processes (default: up to 2)")
+    p.add_flag("overwrite", "replace an existing --out_dir")
+    p.add_argument("--soundscapes", type=int_, default=0,
+                   help="write instead a test split of this many soundscapes cut into 5 s "
+                        "multilabel segments (BirdSet's shape)")
+    p.add_argument("--n_segments", type=int_, default=12, help="5 s segments per soundscape")
     p.add_argument("--layout", choices=("hf", "birdset"), default="hf",
                    help="hf: save_to_disk shards with embedded audio; birdset: the corpus as "
                         "BirdSet publishes it (path-only .ogg files in an HF-cache-like tree, "
                         "train and test_5s splits; needs `datasets`)")
-    a = p.parse_args(birdjepa.config.flags(sys.argv[1:] if argv is None else argv))
+    a = p.parse_args(argv)
     if a.layout == "birdset":
         return _birdset(a)
     if a.soundscapes:
@@ -56,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             verbose=True,
         )
     except (FileExistsError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     codecs = ", ".join(f"{k} {v}" for k, v in s["codec_counts"].items())
     print(
         f"wrote {s['n_recordings']} recordings ({codecs}), {s['total_bytes'] / 1e6:.1f} MB "
@@ -76,8 +76,7 @@ def _birdset(a) -> int:
                           n_segments=a.n_segments, seed=a.seed, min_s=a.min_s, max_s=a.max_s,
                           overwrite=a.overwrite)
     except (FileExistsError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     print(f"wrote {s['n_train']} train rows and {s['n_test']} test_5s segments in "
           f"{s['seconds']:.1f} s\ndataset directory: {s['dataset_dir']}\n"
           f"splits: {s['train']}  {s['test_5s']}")
@@ -92,8 +91,7 @@ def _soundscapes(a) -> int:
                              n_shards=min(a.n_shards, a.soundscapes), seed=a.seed,
                              overwrite=a.overwrite)
     except (FileExistsError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     print(f"wrote {s['n_segments']} segments ({s['n_empty']} without birds, "
           f"{s['mean_labels']:.2f} labels per segment) in {s['seconds']:.1f} s\n"
           f"segments per species: {dict(zip(s['species'], s['label_counts'], strict=True))}")

@@ -40,7 +40,7 @@ def windows(enc, cfg: config.EvalConfig, role: str) -> embed.Windows:
     _, n_frames, n_mels = embed.load(enc.model)
     common = dict(window_s=cfg.window_s, n_frames=n_frames, n_mels=n_mels)
     if role == "test":
-        return embed.Windows(centre=True, segment=cfg.test_segment, segment_columns=(
+        return embed.Windows(centre=True, segment=cfg.segment, segment_columns=(
             cfg.segment_start_column, cfg.segment_end_column), **common)
     return embed.Windows(hop_s=cfg.hop_s, centre=cfg.train_windows == "centre", **common)
 

@@ -1,4 +1,5 @@
-"""`python -m birdjepa.evaluate --cfg configs/eval-demo.toml [--encoders RUN_DIR ...]`.
+"""`python -m birdjepa.evaluate --cfg configs/eval-demo.toml [--encoders RUN_DIR ...]` (one
+`--encoders` per run directory).
 
 A bad setting, split, class list or encoder is one line on stderr and exit status 2, before
 anything is embedded (see birdjepa.evaluate.checks and runner.load_encoders).
@@ -10,6 +11,7 @@ import sys
 import birdjepa.config
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.runner as runner
+import birdjepa.runtime.cli_args as cli_args
 
 _NOISE = ("RuntimeError('Event loop is closed')", "sys.meta_path is None")
 _LEFTOVER = "coroutine object _read_array_index_and_device_put"
@@ -40,6 +42,5 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config.cli(argv)
         runner.run(cfg)
     except (birdjepa.config.ConfigError, FileNotFoundError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     return 0

@@ -35,6 +35,9 @@ class TestSet:
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
+    RENAMED: typing.ClassVar[dict[str, str]] = {"test_segment": "segment"}
+    """Keys of older evaluation TOMLs, read under their new names."""
+
     encoders: tuple[str, ...] = ()
     """Run directories whose latest checkpoint's encoder is evaluated (frozen), export
     directories (python -m birdjepa.export) or imported models ("bird-mae-base:WEIGHTS")."""
@@ -51,15 +54,15 @@ class EvalConfig:
     """Label column of the training split: int or list<int>."""
     test_label_column: str = "ebird_code_multilabel"
     """Label column of the test split: list<int> (HF Sequence(ClassLabel)) or int."""
-    test_segment: typing.Literal["centre", "columns"] = "centre"
-    """Test windows: "centre" (right for pre-cut 5 s files such as BirdSet's test_5s: a file no
+    segment: typing.Literal["centre", "columns"] = "centre"
+    """Test windows (the loader's `segment`; older TOMLs call it test_segment): "centre" (right for pre-cut 5 s files such as BirdSet's test_5s: a file no
     longer than window_s is taken whole), or "columns": each row's [start, end] seconds inside
     its file from `segment_start_column` / `segment_end_column`, cut exactly there (never for
     pre-cut files, whose start_time/end_time place them in the soundscape: an error)."""
     segment_start_column: str = "start_time"
-    """Test segment starts, seconds (test_segment = "columns")."""
+    """Test segment starts, seconds (segment = "columns")."""
     segment_end_column: str = "end_time"
-    """Test segment ends, seconds (test_segment = "columns")."""
+    """Test segment ends, seconds (segment = "columns")."""
     train_windows: typing.Literal["centre", "all"] = "centre"
     """Training rows: one centre crop per recording (the loader's eval crop), or every window
     (window_s, hop_s), each with its recording's labels."""
@@ -173,9 +176,12 @@ def test_sets(cfg: EvalConfig) -> list[TestSet]:
 
 
 def cli(argv: list[str] | None = None) -> EvalConfig:
-    """`--cfg FILE.toml` (optional) then tyro overrides (`--probe.lr=1e-3`, `--encoders A B`)."""
+    """`--cfg FILE.toml` (optional) then overrides (`--probe.lr=1e-3`, `--encoders A --encoders
+    B`; birdjepa.runtime.cli_args)."""
     cfg = birdjepa.config.cli(
-        argv, EvalConfig, prog="python -m birdjepa.evaluate", description="Evaluate frozen encoders with probes on a soundscape test "
-        "split (BirdSet protocol). Load a config with --cfg FILE.toml first.")
+        argv, EvalConfig, prog="python -m birdjepa.evaluate",
+        description="Evaluate frozen encoders with probes on a soundscape test split (BirdSet "
+        "protocol). Load a config with --cfg FILE.toml first; its [[test_sets]] tables (several "
+        "test sets) are set in the TOML only.")
     validate(cfg)
     return cfg

@@ -13,13 +13,12 @@ marked `mm`. The `mean` column shows the mean over test sets and the sd over see
 per-seed mean over test sets (no interval: intervals are not stored per resample).
 
     python -m birdjepa.evaluate.report runs/eval-a/results.parquet runs/eval-b [--format
-        markdown] [--metric cmap ...] [--k all ...] [--out FILE.md] [--plot FILE.png]
-        [--merged DIR]
+        markdown] [--metric cmap --metric ...] [--k all --k ...] [--out FILE.md]
+        [--plot FILE.png] [--out_dir DIR]
 
 re-renders (and merges: a later file's groups replace an earlier one's) without recomputing.
 """
 
-import argparse
 import pathlib
 import sys
 
@@ -28,6 +27,7 @@ import numpy as np
 import birdjepa.evaluate.intervals as intervals
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.results as results
+import birdjepa.runtime.cli_args as cli_args
 
 _METHOD = {
     intervals.BOOTSTRAP_SEGMENTS: "[95 % bootstrap interval (BC) over test segments]",
@@ -159,29 +159,35 @@ def plot(rows: list[dict], path, metric_list=None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m birdjepa.evaluate.report",
-                                 description="Re-render and merge evaluation results.")
-    ap.add_argument("results", nargs="+", help="results.parquet / results.csv files or dirs")
-    ap.add_argument("--format", choices=("text", "markdown"), default="text")
-    ap.add_argument("--metric", nargs="+", choices=metrics.METRICS)
-    ap.add_argument("--k", nargs="+", help="k values to show (e.g. 1 5 all)")
+    """The command line; its options, in one place."""
+    ap = cli_args.Parser("python -m birdjepa.evaluate.report", "Re-render and merge evaluation "
+                         "results (a later file's groups replace an earlier one's) without "
+                         "recomputing.")
+    ap.add_argument("results", nargs="+", metavar="RESULTS",
+                    help="results.parquet / results.csv files, or directories holding one")
+    ap.add_argument("--format", choices=("text", "markdown"), default="text",
+                    help="tables as aligned text or as Markdown")
+    ap.add_list("metric", choices=metrics.METRICS,
+                help="a metric to show (repeat for more; default: every metric)")
+    ap.add_list("k", help="a k value to show, e.g. 1, 5 or all (repeat for more; default: all "
+                "of them)")
     ap.add_argument("--out", help="also write the tables to this file")
-    ap.add_argument("--plot", help="write the plot to this PNG")
-    ap.add_argument("--merged", help="write the merged results.parquet/.csv into this dir")
+    ap.add_argument("--plot", help="write the plot to this PNG file")
+    ap.add_argument("--out_dir", help="write the merged results.parquet and results.csv into "
+                    "this directory")
     args = ap.parse_args(argv)
     try:
         rows = results.merge(*(results.read(p) for p in args.results))
     except (FileNotFoundError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     text = tables(rows, fmt=args.format, metric_list=args.metric, ks=args.k)
     print(text)
     if args.out:
         pathlib.Path(args.out).write_text(text + "\n")
     if args.plot:
         plot(rows, args.plot, args.metric)
-    if args.merged:
-        results.write(rows, args.merged)
+    if args.out_dir:
+        results.write(rows, args.out_dir)
     return 0
 
 

@@ -14,7 +14,7 @@ train-state structure is built abstractly (`eqx.filter_eval_shape`, no initialis
 fills it (read-only: the run may still be training).
 """
 
-import argparse
+
 import dataclasses
 import json
 import os
@@ -37,6 +37,7 @@ import birdjepa.objectives.probe
 import birdjepa.params
 import birdjepa.runtime.checkpoint
 import birdjepa.runtime.integrity
+import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.rundir
 
 FORMAT = "birdjepa-encoder"
@@ -178,23 +179,22 @@ def open_model(spec: str | os.PathLike) -> Model:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m birdjepa.export RUN_DIR OUT_DIR [--step N]`."""
-    p = argparse.ArgumentParser(
-        prog="python -m birdjepa.export",
-        description="Write a run's encoder for use without this package's checkpoints: "
+    """`python -m birdjepa.export RUN_DIR --out_dir DIR [--step N]`; its options, in one place."""
+    p = cli_args.Parser(
+        "python -m birdjepa.export",
+        "Write a run's encoder for use without this package's checkpoints: "
         "encoder.safetensors (arrays by path), head.safetensors (the supervised head, else the "
         "online probe), config.json (model, audio settings, class names, the run's config) and "
-        "a README.md model card. Load it with birdjepa.load_encoder(OUT_DIR), or give OUT_DIR as "
+        "a README.md model card. Load it with birdjepa.load_encoder(DIR), or give DIR as "
         "MODEL to python -m birdjepa.embed / birdjepa.predict.")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a training run directory")
-    p.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (created)")
-    p.add_argument("--step", type=int, default=None,
+    p.add_argument("--out_dir", required=True, help="directory to write (created)")
+    p.add_argument("--step", type=cli_args.converter(int), default=None,
                    help="checkpoint step to export (default: the latest complete one)")
     args = p.parse_args(argv)
     try:
         out = export(args.run_dir, args.out_dir, step=args.step)
     except (FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     print(f"exported {args.run_dir} -> {out}", file=sys.stderr)
     return 0

@@ -12,11 +12,12 @@ import pyarrow as pa
 
 import birdjepa.models.artifact as export
 import birdjepa.models.recordings as runner
+import birdjepa.runtime.cli_args as cli_args
 
 DESCRIPTION = """\
 Species detections from a model with a class head: a run directory or an export of a run
 trained with the supervised objective (its head) or any objective (its online linear probe).
-Every recording is cut into windows of --window seconds every --hop seconds; each window's
+Every recording is cut into windows of --window_s seconds every --hop_s seconds; each window's
 class probabilities come from the head (--activation softmax: one class per window, as the
 supervised objective trains; sigmoid: independent classes). Rows are the --top_k most
 probable classes of each window with confidence >= --min_conf, in the columns BirdNET users
@@ -24,16 +25,16 @@ know: file (or row for a dataset), start_s, end_s, class, confidence (and class_
 CSV (.csv) or parquet (.parquet)."""
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m birdjepa.predict", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> cli_args.Parser:
+    """Every option of `python -m birdjepa.predict`, in one place."""
+    p = cli_args.Parser("python -m birdjepa.predict", DESCRIPTION)
     runner.add_common(p)
-    p.add_argument("--min_conf", "--min-conf", type=float, default=0.1,
-                   help="smallest confidence written (default %(default)s)")
-    p.add_argument("--top_k", "--top-k", type=int, default=3,
-                   help="most probable classes per window (default %(default)s)")
+    p.add_argument("--min_conf", type=cli_args.converter(float), default=0.1,
+                   help="smallest confidence written")
+    p.add_argument("--top_k", type=cli_args.converter(int), default=3,
+                   help="most probable classes per window")
     p.add_argument("--activation", choices=("softmax", "sigmoid"), default="softmax",
-                   help="logits to probabilities (default %(default)s)")
+                   help="how logits become probabilities")
     return p
 
 

@@ -5,27 +5,27 @@ import argparse
 
 import birdjepa.models.artifact as export
 import birdjepa.models.recordings as runner
+import birdjepa.runtime.cli_args as cli_args
 
 DESCRIPTION = """\
 Embeddings of audio by a trained or imported encoder, through exactly the training transform
 (decode, resample to the model's rate, Kaldi log-mel fbank, normalise). Every recording is cut
-into windows of --window seconds starting every --hop seconds (or one --centre window). One
+into windows of --window_s seconds starting every --hop_s seconds (or one --centre window). One
 output row per window: where it came from (file, or dataset row and every other column of the
 dataset, labels included), start_s, end_s, and emb_<pool> vectors (and patch tokens with
 --patches). Parquet by default (.parquet), npz with --out FILE.npz. A progress bar with the
 rate and time left goes to stderr."""
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m birdjepa.embed", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser() -> cli_args.Parser:
+    """Every option of `python -m birdjepa.embed`, in one place."""
+    p = cli_args.Parser("python -m birdjepa.embed", DESCRIPTION)
     runner.add_common(p)
-    p.add_argument("--pool", action="append", choices=("cls", "mean"), default=None,
-                   help="pooled embedding(s) to write as emb_<pool> (repeat for both; default: "
-                   "the model's own pooling)")
-    p.add_argument("--patches", action="store_true",
-                   help="also write the final-normed patch tokens (column 'patches', "
-                   "n_patches x width per row): large")
+    p.add_list("pool", choices=("cls", "mean"), default=None,
+               help="pooled embedding(s) to write as emb_<pool> (repeat for both; default: the "
+               "model's own pooling)")
+    p.add_flag("patches", "also write the final-normed patch tokens (column 'patches', "
+               "n_patches x width per row): large")
     return p
 
 

@@ -4,7 +4,6 @@ recording through the training transform with a progress bar, and one row per wi
 carries where it came from (file, or dataset row and the dataset's other columns) and when
 (start_s, end_s)."""
 
-import argparse
 import dataclasses
 import os
 import pathlib
@@ -20,6 +19,7 @@ import tqdm
 import birdjepa.data.table as table
 import birdjepa.models.artifact as export
 import birdjepa.models.inference as embed
+import birdjepa.runtime.cli_args as cli_args
 
 RESERVED = ("file", "row", "start_s", "end_s", "class", "confidence")
 """Output column names; a dataset column of the same name is written as source_<name>."""
@@ -83,8 +83,8 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
     return Source(shards=src, columns=cols)
 
 
-def add_common(p: argparse.ArgumentParser, *, window_s: float = 5.0) -> None:
-    """MODEL, SOURCE and the options both command lines take (underscores; dashes also work)."""
+def add_common(p: cli_args.Parser, *, window_s: float = 5.0) -> None:
+    """MODEL, SOURCE and the options both command lines take (birdjepa.runtime.cli_args)."""
     p.add_argument("model", metavar="MODEL", help="a run directory (its latest checkpoint), an "
                    "export directory (python -m birdjepa.export) or NAME:WEIGHTS for an "
                    "imported model, e.g. bird-mae-base:model.safetensors")
@@ -92,25 +92,23 @@ def add_common(p: argparse.ArgumentParser, *, window_s: float = 5.0) -> None:
                    "searched recursively for audio (" + " ".join(AUDIO_SUFFIXES) + "), Arrow "
                    "shards (a file or directory), a datasets save_to_disk directory, or DIR:SPLIT")
     p.add_argument("--out", required=True, help="output file; its suffix picks the format")
-    p.add_argument("--window", type=float, default=window_s,
-                   help="window length in seconds (default %(default)s: the training clip)")
-    p.add_argument("--hop", type=float, default=None,
-                   help="window start spacing in seconds (default: --window, i.e. tiling); the "
-                   "last window of a recording is zero-padded")
-    p.add_argument("--centre", "--center", action="store_true",
-                   help="one window per recording, at its centre (the loader's eval crop)")
-    p.add_argument("--batch_size", "--batch-size", type=int, default=64,
-                   help="windows per encoder call (default %(default)s)")
-    p.add_argument("--n_workers", "--n-workers", type=int, default=2,
-                   help="threads decoding and transforming audio (default %(default)s)")
-    p.add_argument("--audio_column", "--audio-column", default="audio",
-                   help="audio column of a table SOURCE (default %(default)s)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--window_s", type=cli_args.converter(float), default=window_s,
+                   help="window length in seconds (the training clip)")
+    p.add_argument("--hop_s", type=cli_args.converter(float), default=None,
+                   help="window start spacing in seconds (default: --window_s, i.e. tiling); "
+                   "the last window of a recording is zero-padded")
+    p.add_flag("centre", "one window per recording, at its centre (the loader's eval crop)")
+    p.add_argument("--batch_size", type=cli_args.converter(int), default=64,
+                   help="windows per encoder call")
+    p.add_argument("--n_workers", type=cli_args.converter(int), default=2,
+                   help="threads decoding and transforming audio")
+    p.add_argument("--audio_column", default="audio", help="audio column of a table SOURCE")
+    p.add_flag("quiet", "no progress bar on stderr")
 
 
 def windows(m: export.Model, args) -> embed.Windows:
     a = m.audio
-    return embed.Windows(window_s=args.window, hop_s=args.hop, centre=args.centre,
+    return embed.Windows(window_s=args.window_s, hop_s=args.hop_s, centre=args.centre,
                          sample_rate=a["sample_rate"], n_frames=a["n_frames"],
                          n_mels=a["n_mels"], mean=a["mean"], std=a["std"])
 
@@ -206,15 +204,14 @@ def _dense(c: pa.Array) -> np.ndarray:
     return np.asarray(c.to_numpy(zero_copy_only=False), np.float32).reshape(-1, *shape)
 
 
-def cli_main(parser: argparse.ArgumentParser, run, argv: list[str] | None, what: str) -> int:
+def cli_main(parser: cli_args.Parser, run, argv: list[str] | None, what: str) -> int:
     """Parse, `run(args)` -> columns, report "<n> <what> -> OUT" on stderr; a missing input or
     a bad value is one line and exit status 2."""
     args = parser.parse_args(argv)
     try:
         cols = run(args)
     except (FileNotFoundError, KeyError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_args.fail(e)
     n = len(next(iter(cols.values()))) if cols else 0
     print(f"{n} {what} -> {args.out}", file=sys.stderr)
     return 0

@@ -17,19 +17,19 @@ import importlib.util
 import json
 import pathlib
 import shutil
-import sys
 import typing
 
 import submitit
-import tyro
 
 import birdjepa
 import birdjepa._rs
 import birdjepa.config
+import birdjepa.config.command_line
 import birdjepa.data
 import birdjepa.data.config
 import birdjepa.data.loader
 import birdjepa.data.sources
+import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.job
 import birdjepa.runtime.rundir
 
@@ -274,16 +274,10 @@ def launch(lc: LaunchConfig) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = birdjepa.config.flags(list(sys.argv[1:] if argv is None else argv))
-    lc = tyro.cli(LaunchConfig, args=argv, use_underscores=True, prog="python -m birdjepa.launch",
-                  description=__doc__.split("\n\n")[0])
     try:
+        lc = birdjepa.config.command_line.cli(argv, LaunchConfig, prog="python -m birdjepa.launch",
+                                 description=__doc__.split("\n\n")[0], toml=False)
         launch(lc)
-    except SweepError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (SweepError, birdjepa.config.ConfigError) as e:
+        return cli_args.fail(e)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

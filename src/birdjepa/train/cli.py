@@ -11,12 +11,13 @@ import signal
 import sys
 
 import birdjepa.config
+import birdjepa.runtime.cli_args
 import birdjepa.runtime.preemption
 import birdjepa.train.loop
 import birdjepa.train.run
 import birdjepa.train.step
 
-EXIT_USAGE = 2
+EXIT_USAGE = birdjepa.runtime.cli_args.EXIT_USAGE
 EXIT_FAILED = 1
 EXIT_PREEMPTED = 75
 """Exit status of a run stopped by a signal after saving its checkpoint (EX_TEMPFAIL)."""
@@ -36,8 +37,7 @@ def main(argv: list[str], *, prog: str = "python -m birdjepa.train") -> int:
         stop.install(signal.SIGINT, second_aborts=True)
         summary = birdjepa.train.loop.main(cfg, should_stop=stop.is_set)
     except birdjepa.config.ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return birdjepa.runtime.cli_args.fail(e)
     except FAILURES as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED

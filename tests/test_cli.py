@@ -1,0 +1,160 @@
+"""Every command a user can run speaks one voice (birdjepa.runtime.cli_args): `--help` exits 0,
+names the module, gives every option a sentence and spells booleans `--flag` / `--no_flag`
+(never tyro's `{True,False}`); a bad value, an unknown option or a bad choice is one line
+`error: ...` on stderr and exit status 2, without a traceback."""
+
+import concurrent.futures
+import importlib
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+import birdjepa.config
+import birdjepa.runtime.cli_args as cli_args
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+COMMANDS = [
+    "birdjepa.train", "birdjepa.pretrain", "birdjepa.launch", "birdjepa.evaluate",
+    "birdjepa.evaluate.report", "birdjepa.embed", "birdjepa.predict", "birdjepa.export",
+    "birdjepa.demo_data", "birdjepa.sources", "birdjepa.sources pack", "benchmarks",
+    *(f"benchmarks {name}" for name in ("transforms", "loader", "views", "train", "ckpt",
+                                        "birdset")),
+]
+"""Every `python -m ...` a user runs (README), with its subcommands."""
+
+
+def run(command: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *command.split(), *args], capture_output=True,
+                          text=True, timeout=240, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, subprocess.CompletedProcess]:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        return dict(zip(COMMANDS, pool.map(lambda c: run(c, "--help"), COMMANDS), strict=True))
+
+
+def option_helps(text: str) -> dict[str, str]:
+    """{option, positional or subcommand: its help text} of an argparse help page: an entry is
+    `  INVOCATION  help...` (or the help on the next, deeper-indented lines)."""
+    entries, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^( {2}| {4})(\S.*?)(?: {2,}(\S.*))?$", line)
+        name = m and m.group(2)
+        if m and (name.startswith("-") or re.fullmatch(r"[A-Z][A-Z_]*|[a-z]+", name)):
+            current = name.split(",")[0].split()[0]
+            entries[current] = m.group(3) or ""
+        elif current and line.startswith(" " * 6) and line.strip():
+            entries[current] = (entries[current] + " " + line.strip()).strip()
+        else:
+            current = None
+    return entries
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_exits_0_names_the_command_and_explains_every_option(command, helps):
+    r = helps[command]
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith(f"usage: python -m {command}"), r.stdout[:200]
+    assert "{True,False}" not in r.stdout and "__main__" not in r.stdout
+    entries = option_helps(r.stdout)
+    assert "-h" in entries and len(entries) >= 2, entries
+    silent = [name for name, text in entries.items() if len(text.split()) < 3]
+    assert silent == [], f"{command}: options without a sentence: {silent}"
+
+
+def test_booleans_are_flag_and_no_flag(helps):
+    assert "--optim.muon, --no_optim.muon" in helps["birdjepa.train"].stdout
+    assert "--dry_run, --no_dry_run" in helps["birdjepa.launch"].stdout
+    assert "--centre, --no_centre" in helps["birdjepa.embed"].stdout
+    cfg = birdjepa.config.cli(["--no_optim.muon", "--model.qk_norm", "--n_classes=3"])
+    assert (cfg.optim.muon, cfg.model.qk_norm) == (False, True)
+    assert birdjepa.config.cli(["--optim.muon=false"]).optim.muon is False  # older scripts
+
+
+def test_train_bad_value_is_one_line_and_exit_2():
+    r = run("birdjepa.train", "--batch_size=abc")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == "error: argument --batch_size: expected an int, got 'abc'\n"
+    assert r.stdout == ""
+
+
+MAINS = {
+    "birdjepa.train": "birdjepa.train.cli", "birdjepa.launch": "birdjepa.runtime.launch",
+    "birdjepa.evaluate": "birdjepa.evaluate.cli", "birdjepa.evaluate.report":
+    "birdjepa.evaluate.report", "birdjepa.embed": "birdjepa.models.embed_cli",
+    "birdjepa.predict": "birdjepa.models.detect", "birdjepa.export": "birdjepa.models.artifact",
+    "birdjepa.demo_data": "birdjepa.demo_data.cli", "birdjepa.sources": "birdjepa.data.sources",
+}
+"""The module whose main(argv) each command runs."""
+
+
+def exit_status(command: str, argv: list[str]) -> int:
+    main = importlib.import_module(MAINS[command]).main
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+@pytest.mark.parametrize("command,argv,message", [
+    ("birdjepa.train", ["--resume=bogus"], "error: argument --resume: expected one of auto, "
+     "never, force, extend, got 'bogus'"),
+    ("birdjepa.train", ["--optim.lrr=0.1"], "error: unknown option --optim.lrr; did you mean "
+     "--optim.lr"),
+    ("birdjepa.train", ["--data.path_map", "no-equals"], "error: argument --data.path_map: "
+     "expected OLD=NEW"),
+    ("birdjepa.train", ["--optim.muon=maybe"], "error: argument --optim.muon: expected true or "
+     "false"),
+    ("birdjepa.launch", ["--sweep=x", "--n_hours=soon"], "error: argument --n_hours: expected "
+     "a number, got 'soon'"),
+    ("birdjepa.evaluate", ["--shots=one"], "error: argument --shots: expected an int"),
+    ("birdjepa.embed", ["m", "s", "--out=x", "--window=3"], "error: unknown option --window; "
+     "did you mean --window_s?"),
+    ("birdjepa.sources", ["pack", "src", "--out_dir=d", "--path_map=x"], "error: argument "
+     "--path_map: expected OLD=NEW"),
+    *[(c, ["--zzz_nope=1"], "error: ") for c in MAINS],
+])
+def test_errors_are_one_line_and_exit_2(command, argv, message, capsys):
+    assert exit_status(command, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+def test_lists_repeat_their_flag_and_path_maps_take_old_new(tmp_path):
+    toml = tmp_path / "e.toml"
+    toml.write_text('encoders = ["a"]\n[probe]\nlr = 0.01\n')
+    import birdjepa.evaluate.config as eval_config
+    cfg = birdjepa.config.cli(["--cfg", str(toml), "--encoders", "b", "--encoders", "c",
+                               "--shots", "0", "--probe.epochs=3"], eval_config.EvalConfig)
+    assert (cfg.encoders, cfg.shots, cfg.probe.lr, cfg.probe.epochs) == (("b", "c"), (0,), 0.01, 3)
+    cfg = birdjepa.config.cli(["--data.path_map", "/old=/new", "--data.path-map=/a=/b"])
+    assert cfg.data.path_map == {"/old": "/new", "/a": "/b"}
+
+
+def test_toml_path_map_table_and_the_old_segment_key(tmp_path):
+    """README's TOML form of path_map is accepted; evaluate reads `test_segment` (older TOMLs)
+    as `segment`, and refuses both at once."""
+    train = tmp_path / "t.toml"
+    train.write_text('[data]\npath_map = {"/home/me/hf" = "/scratch/hf"}\n')
+    assert birdjepa.config.load(train).data.path_map == {"/home/me/hf": "/scratch/hf"}
+    train.write_text('[data]\npath_map = {"/home/me/hf" = 3}\n')
+    with pytest.raises(birdjepa.config.ConfigError, match="data.path_map': expected a table of "
+                       "strings"):
+        birdjepa.config.load(train)
+    import birdjepa.evaluate.config as eval_config
+    old = tmp_path / "e.toml"
+    old.write_text('test_segment = "columns"\n')
+    assert eval_config.load(str(old)).segment == "columns"
+    old.write_text('test_segment = "columns"\nsegment = "centre"\n')
+    with pytest.raises(birdjepa.config.ConfigError, match="got both"):
+        eval_config.load(str(old))
+
+
+def test_fail_is_one_line(capsys):
+    assert cli_args.fail("a\nb  c") == 2
+    assert capsys.readouterr().err == "error: a b c\n"
