@@ -36,8 +36,8 @@ import birdjepa.models.safetensors as st
 import birdjepa.objectives.probe
 import birdjepa.params
 import birdjepa.runtime.checkpoint
-import birdjepa.runtime.integrity
 import birdjepa.runtime.cli_args as cli_args
+import birdjepa.runtime.integrity
 import birdjepa.runtime.rundir
 
 FORMAT = "birdjepa-encoder"
