@@ -116,7 +116,8 @@ def test_embed_cli_on_audio_files_equals_the_python_api(run_dir, corpus, tmp_pat
         ref = birdjepa.embed(run_dir, f, window_s=WINDOW, hop_s=HOP, pool=("mean", "cls"))
         rows = t.filter(pyarrow.compute.equal(t.column("file"), f))
         np.testing.assert_array_equal(rows.column("start_s").to_numpy(), ref["start_s"])
-        np.testing.assert_allclose(rows.column("end_s").to_numpy(), ref["start_s"] + WINDOW)
+        np.testing.assert_allclose(rows.column("end_s").to_numpy(), np.minimum(
+            ref["start_s"] + WINDOW, rows.column("duration_s").to_numpy()))
         for p in ("mean", "cls"):
             got = np.stack(rows.column(f"emb_{p}").to_numpy(zero_copy_only=False))
             np.testing.assert_allclose(got, ref[p], rtol=1e-5, atol=1e-6)
@@ -146,7 +147,8 @@ def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
             str(WINDOW), "--top-k", "2", "--min-conf", "0.0", "--quiet"]
     assert birdjepa.predict.main(argv) == 0
     t = pyarrow.csv.read_csv(tmp_path / "d.csv")
-    assert t.column_names == ["file", "start_s", "end_s", "class", "confidence", "class_index"]
+    assert t.column_names == ["file", "start_s", "end_s", "duration_s", "padded_s", "class",
+                              "confidence", "class_index"]
     n_windows = len(birdjepa.embed(run_dir, sorted(
         str(p) for p in (corpus / "files").rglob("rec*")), window_s=WINDOW)["row"])
     assert t.num_rows == 2 * n_windows  # top 2 of every window

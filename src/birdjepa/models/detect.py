@@ -13,6 +13,7 @@ import pyarrow as pa
 import birdjepa.models.artifact as export
 import birdjepa.models.recordings as runner
 
+SUFFIXES = (".csv", ".parquet", ".npz")
 DESCRIPTION = """\
 Species detections from a model with a class head: a run directory or an export of a run
 trained with the supervised objective (its head) or any objective (its online linear probe).
@@ -20,8 +21,9 @@ Every recording is cut into windows of --window seconds every --hop seconds; eac
 class probabilities come from the head (--activation softmax: one class per window, as the
 supervised objective trains; sigmoid: independent classes). Rows are the --top_k most
 probable classes of each window with confidence >= --min_conf, in the columns BirdNET users
-know: file (or row for a dataset), start_s, end_s, class, confidence (and class_index).
-CSV (.csv) or parquet (.parquet)."""
+know: file (or row for a dataset), start_s, end_s (never past the recording's end),
+duration_s, padded_s (zero padding past the end in the window), class, confidence (and
+class_index). CSV (.csv), parquet (.parquet) or npz (.npz)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,13 +46,14 @@ def probabilities(m: export.Model, src: runner.Source, args) -> tuple[dict, np.n
                          "supervised or probe run on it (init_encoder) and predict with that run")
     w = runner.windows(m, args)
     pool = m.encoder.cfg.pool
+    durations: dict[int, float] = {}
     out = runner.encode(m, src, w, (pool,), batch_size=args.batch_size,
                         n_workers=args.n_workers, audio_column=args.audio_column,
-                        progress=not args.quiet)
+                        progress=not args.quiet, durations=durations)
     emb = jnp.asarray(out[pool].reshape(len(out["row"]), -1))
     logits = np.asarray(eqx.filter_jit(lambda h, x: h(x))(m.head, emb))
     act = jax.nn.softmax if args.activation == "softmax" else jax.nn.sigmoid
-    return runner.where(src, out, w), np.asarray(act(logits, axis=-1) if args.activation ==
+    return runner.where(src, out, w, durations), np.asarray(act(logits, axis=-1) if args.activation ==
                                                  "softmax" else act(logits))
 
 
@@ -61,15 +64,25 @@ def detections(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_con
     win, rank = np.nonzero(np.take_along_axis(probs_wc, order, 1) >= min_conf)
     cls = order[win, rank]
     key = "file" if "file" in where else "row"
-    return {key: where[key].take(pa.array(win, pa.int64())),
-            "start_s": where["start_s"].take(pa.array(win, pa.int64())),
-            "end_s": where["end_s"].take(pa.array(win, pa.int64())),
+    take = pa.array(win, pa.int64())
+    return {**{k: where[k].take(take) for k in (key, "start_s", "end_s", "duration_s",
+                                                "padded_s")},
             "class": pa.array([classes[c] for c in cls], pa.string()),
             "confidence": pa.array(probs_wc[win, cls].astype(np.float32)),
             "class_index": pa.array(cls.astype(np.int32))}
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Every option and the output path, before any compute."""
+    runner.check_args(args, SUFFIXES)
+    if args.top_k < 1:
+        raise ValueError(f"--top_k: expected an integer >= 1, got {args.top_k}")
+    if not 0.0 <= args.min_conf <= 1.0:
+        raise ValueError(f"--min_conf: expected a confidence in [0, 1], got {args.min_conf}")
+
+
 def run(args: argparse.Namespace) -> dict:
+    check_args(args)
     m = export.open_model(args.model)
     src = runner.resolve(args.source, args.audio_column)
     where, probs = probabilities(m, src, args)
