@@ -7,6 +7,7 @@ import os
 
 import jax
 import numpy as np
+import pyarrow.csv
 import pyarrow.parquet as pq
 import pytest
 import soundfile
@@ -167,3 +168,60 @@ def test_progress_rate_leaves_compile_time_out():
     assert 14.0 < rate <= 15.0, bar.bar.desc  # not 30 / 10 s = 3, nor 30 / 0 s
     assert "compile 8.0 s" in bar.bar.desc
     bar.close()
+
+
+def _read_raven(path) -> list[dict]:
+    lines = path.read_text().splitlines()
+    header = lines[0].split("\t")
+    assert all(len(ln.split("\t")) == len(header) for ln in lines[1:])
+    return [dict(zip(header, ln.split("\t"), strict=True)) for ln in lines[1:]]
+
+
+def test_raven_selection_tables_read_back(run_dir, corpus, tmp_path):  # noqa: F811
+    """Item 4: a combined table (--out) and one table per recording (--out_dir), read back as
+    Raven reads them (tab-separated, one header line) and equal to the CSV detections."""
+    common = [str(run_dir), str(corpus / "files"), "--window", str(WINDOW), "--top_k", "2",
+              "--min_conf", "0.0", "--quiet"]
+    assert birdjepa.predict.main([*common, "--out", str(tmp_path / "d.csv")]) == 0
+    assert birdjepa.predict.main([*common, "--format", "raven", "--out",
+                                  str(tmp_path / "all.txt")]) == 0
+    assert birdjepa.predict.main([*common, "--format", "raven", "--out_dir",
+                                  str(tmp_path / "tables")]) == 0
+    ref = pyarrow.csv.read_csv(tmp_path / "d.csv").to_pylist()
+    rows = _read_raven(tmp_path / "all.txt")
+    assert list(rows[0]) == ["Selection", "View", "Channel", "Begin Time (s)", "End Time (s)",
+                             "Low Freq (Hz)", "High Freq (Hz)", "Species", "Confidence",
+                             "Class Index", "Begin Path", "File Offset (s)"]
+    assert [int(r["Selection"]) for r in rows] == list(range(1, len(ref) + 1))
+    assert {r["View"] for r in rows} == {"Spectrogram 1"} and {r["Channel"] for r in rows} == {"1"}
+    assert {(float(r["Low Freq (Hz)"]), float(r["High Freq (Hz)"])) for r in rows} == {
+        (20.0, 16000.0)}  # the fbank's band at the model's 32 kHz
+    key = lambda r: (r["file"], round(r["start_s"], 6), str(r["class"]))  # noqa: E731
+    want = {key(r): r for r in ref}
+    for r in rows:
+        assert os.path.isabs(r["Begin Path"]) and os.path.isfile(r["Begin Path"])
+        d = want[(r["Begin Path"], round(float(r["Begin Time (s)"]), 6), r["Species"])]
+        assert float(r["File Offset (s)"]) == float(r["Begin Time (s)"])
+        assert abs(float(r["End Time (s)"]) - d["end_s"]) < 1e-6
+        assert float(r["End Time (s)"]) <= d["duration_s"] + 1e-6  # within the recording
+        assert abs(float(r["Confidence"]) - d["confidence"]) < 1e-6
+    tables = sorted((tmp_path / "tables").iterdir())
+    files = sorted(str(p) for p in (corpus / "files").rglob("rec*"))
+    assert [p.name for p in tables] == sorted(
+        f"{os.path.basename(f).rsplit('.', 1)[0]}.selections.txt" for f in files)
+    per = [r for p in tables for r in _read_raven(p)]
+    assert len(per) == len(ref) and "Begin Path" not in per[0]
+    assert int(_read_raven(tables[0])[0]["Selection"]) == 1  # numbered per table
+
+
+def test_raven_needs_audio_files_and_one_output(run_dir, corpus, tmp_path, capsys):  # noqa: F811
+    base = [str(run_dir), "--format", "raven", "--quiet"]
+    assert birdjepa.predict.main([*base, str(corpus / "shards"), "--out",
+                                  str(tmp_path / "a.txt")]) == 2
+    assert "--format raven: expected audio files as SOURCE" in capsys.readouterr().err
+    assert birdjepa.predict.main([*base, str(corpus / "files"), "--out",
+                                  str(tmp_path / "a.csv")]) == 2
+    assert "--out: expected a .txt file" in capsys.readouterr().err
+    assert birdjepa.predict.main([str(run_dir), str(corpus / "files"), "--out_dir",
+                                  str(tmp_path / "t")]) == 2
+    assert "--out: expected one output" in capsys.readouterr().err

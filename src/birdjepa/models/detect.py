@@ -3,6 +3,7 @@ window from a model's class head (the supervised head, else the online linear pr
 BirdNET-style detections (see `main --help`)."""
 
 import argparse
+import pathlib
 
 import equinox as eqx
 import jax
@@ -11,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa.models.artifact as export
+import birdjepa.models.raven as raven
 import birdjepa.models.recordings as runner
 
 SUFFIXES = (".csv", ".parquet", ".npz")
@@ -29,13 +31,22 @@ class_index). CSV (.csv), parquet (.parquet) or npz (.npz)."""
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m birdjepa.predict", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    runner.add_common(p)
+    runner.add_common(p, out_required=False)
     p.add_argument("--min_conf", "--min-conf", type=float, default=0.1,
                    help="smallest confidence written (default %(default)s)")
     p.add_argument("--top_k", "--top-k", type=int, default=3,
                    help="most probable classes per window (default %(default)s)")
     p.add_argument("--activation", choices=("softmax", "sigmoid"), default="softmax",
                    help="logits to probabilities (default %(default)s)")
+    # Raven Pro selection tables (issue 29 item 4)
+    p.add_argument("--format", choices=("table", "raven"), default="table",
+                   help="table: the rows above (format from --out's suffix); raven: Raven Pro "
+                   "selection tables (audio-file SOURCEs), with --out FILE.txt one combined "
+                   "table (Begin Path, File Offset (s)) or with --out_dir DIR one "
+                   "<recording>.selections.txt per recording (default %(default)s)")
+    p.add_argument("--out_dir", "--out-dir", default=None,
+                   help="with --format raven: the directory for one selection table per "
+                   "recording (instead of --out)")
     return p
 
 
@@ -74,7 +85,12 @@ def detections(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_con
 
 def check_args(args: argparse.Namespace) -> None:
     """Every option and the output path, before any compute."""
-    runner.check_args(args, SUFFIXES)
+    if (args.out is None) == (args.out_dir is None) or (args.out_dir and args.format != "raven"):
+        raise ValueError("--out: expected one output, --out FILE or (with --format raven) "
+                         f"--out_dir DIR, got --out {args.out} --out_dir {args.out_dir}")
+    if args.out_dir is not None:
+        runner.check_out(pathlib.Path(args.out_dir) / "x.txt", (".txt",), "--out_dir")
+    runner.check_args(args, (".txt",) if args.format == "raven" else SUFFIXES)
     if args.top_k < 1:
         raise ValueError(f"--top_k: expected an integer >= 1, got {args.top_k}")
     if not 0.0 <= args.min_conf <= 1.0:
@@ -85,9 +101,18 @@ def run(args: argparse.Namespace) -> dict:
     check_args(args)
     m = export.open_model(args.model)
     src = runner.resolve(args.source, args.audio_column)
+    if args.format == "raven" and src.files is None:
+        raise ValueError("--format raven: expected audio files as SOURCE (Raven Pro opens "
+                         f"files), got the table {args.source[0]!r}")
     where, probs = probabilities(m, src, args)
     cols = detections(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
-    runner.write(cols, args.out)
+    if args.format == "raven" and args.out_dir is not None:
+        raven.write_per_recording(cols, args.out_dir, sorted(set(where["file"].to_pylist())),
+                                  m.audio["sample_rate"])
+    elif args.format == "raven":
+        raven.write_combined(cols, args.out, m.audio["sample_rate"])
+    else:
+        runner.write(cols, args.out)
     return cols
 
 

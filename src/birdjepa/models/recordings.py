@@ -98,7 +98,8 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
     return Source(shards=src, columns=cols)
 
 
-def add_common(p: argparse.ArgumentParser, *, window_s: float = 5.0) -> None:
+def add_common(p: argparse.ArgumentParser, *, window_s: float = 5.0,
+               out_required: bool = True) -> None:
     """MODEL, SOURCE and the options both command lines take (underscores; dashes also work)."""
     p.add_argument("model", metavar="MODEL", help="a run directory (its latest checkpoint), an "
                    "export directory (python -m birdjepa.export) or NAME:WEIGHTS for an "
@@ -106,7 +107,8 @@ def add_common(p: argparse.ArgumentParser, *, window_s: float = 5.0) -> None:
     p.add_argument("source", metavar="SOURCE", nargs="+", help="audio files, directories "
                    "searched recursively for audio (" + " ".join(AUDIO_SUFFIXES) + "), Arrow "
                    "shards (a file or directory), a datasets save_to_disk directory, or DIR:SPLIT")
-    p.add_argument("--out", required=True, help="output file; its suffix picks the format")
+    p.add_argument("--out", required=out_required, default=None,
+                   help="output file; its suffix picks the format")
     p.add_argument("--window", type=float, default=window_s,
                    help="window length in seconds (default %(default)s: the training clip)")
     p.add_argument("--hop", type=float, default=None,
@@ -266,14 +268,16 @@ def check_out(out: str | os.PathLike, suffixes: tuple[str, ...], option: str = "
 
 
 def check_args(args: argparse.Namespace, suffixes: tuple[str, ...]) -> None:
-    """Every common option and the output path, before any compute (one ValueError each)."""
+    """Every common option and the output path (--out, when given), before any compute (one
+    ValueError each)."""
     for name, value in (("--window", args.window), ("--hop", args.hop)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError(f"{name}: expected seconds > 0, got {value}")
     for name, value in (("--batch_size", args.batch_size), ("--n_workers", args.n_workers)):
         if value < 1:
             raise ValueError(f"{name}: expected an integer >= 1, got {value}")
-    check_out(args.out, suffixes)
+    if args.out is not None:
+        check_out(args.out, suffixes)
 
 
 def _one_line(message, category, filename, lineno, file=None, line=None) -> None:
