@@ -30,6 +30,7 @@ import birdjepa.encoder
 import birdjepa.evaluate.cache as cache
 import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
+import birdjepa.evaluate.external as external
 import birdjepa.evaluate.protocol as protocol
 import birdjepa.evaluate.report as report
 import birdjepa.evaluate.results as results
@@ -129,6 +130,16 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
     runs and configs. A run that cannot be loaded is a ConfigError naming it."""
     out = []
     for run_dir in cfg.encoders:
+        if external.is_external(run_dir):  # precomputed embeddings (issue 29 item 6)
+            d = external.directory(run_dir)
+            if not d.is_dir():
+                raise birdjepa.config.ConfigError(
+                    f"config key 'encoders': expected emb:DIR with DIR a directory of parquet "
+                    f"embeddings, got {run_dir!r} (no such directory)")
+            out.append(Encoder(name=d.resolve().name, model=None,
+                               run_dir=external.PREFIX + str(d.resolve()), step=-1,
+                               config_hash="", digest=external.digest(run_dir)))
+            continue
         if not (pathlib.Path(run_dir) / "config.toml").is_file():
             out.append(_file_encoder(run_dir))  # an export or "bird-mae-base:WEIGHTS"
             continue
@@ -156,7 +167,8 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
             f"config key 'encoders': expected encoders with distinct names (directory names), "
             f"got {names}")
     for enc in out:
-        check_encoder(enc)
+        if enc.model is not None:
+            check_encoder(enc)
     return out
 
 
@@ -185,6 +197,9 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
     config.validate(cfg)
     plans = checks.build(cfg)
     encoders = load_encoders(cfg)
+    for enc in (e for e in encoders if e.model is None):
+        for tp in plans:
+            external.check(enc.run_dir, tp.spec.name, len(tp.y_train), len(tp.y_test), cfg)
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if verbose else (lambda msg: None)
     log(f"checked {len(plans)} test set(s), {len(encoders)} encoder(s) in "
         f"{time.perf_counter() - t_start:.1f} s")
