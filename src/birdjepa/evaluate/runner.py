@@ -56,6 +56,9 @@ class Encoder:
     digest: str
     """sha256 of the restored step's integrity manifest (which holds every file's sha256), or of
     the parameters themselves for a random initialisation."""
+    objective: str = ""
+    """What trained it, for the report: the run's objective, "random init of <objective>",
+    "export (<head kind>)", "imported" or "precomputed embeddings"."""
 
 
 def _sha256(data: bytes) -> str:
@@ -113,7 +116,8 @@ def _file_encoder(spec: str) -> Encoder:
                    run_dir=str(path.resolve()), step=-1,
                    config_hash=_sha256(json.dumps(model_cfg, sort_keys=True,
                                                   default=str).encode())[:16],
-                   digest=digest)
+                   digest=digest, objective="imported" if imported else
+                   f"export ({model.head_kind or 'no head'})")
 
 
 def _one_line(e: BaseException) -> str:
@@ -138,7 +142,8 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
                     f"embeddings, got {run_dir!r} (no such directory)")
             out.append(Encoder(name=d.resolve().name, model=None,
                                run_dir=external.PREFIX + str(d.resolve()), step=-1,
-                               config_hash="", digest=external.digest(run_dir)))
+                               config_hash="", digest=external.digest(run_dir),
+                               objective="precomputed embeddings"))
             continue
         if not (pathlib.Path(run_dir) / "config.toml").is_file():
             out.append(_file_encoder(run_dir))  # an export or "bird-mae-base:WEIGHTS"
@@ -154,13 +159,13 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
             name=pathlib.Path(run_dir).resolve().name, model=model,
             run_dir=str(pathlib.Path(run_dir).resolve()), step=int(restored.step),
             config_hash=birdjepa.config.config_hash(dataclasses.asdict(tcfg)),
-            digest=checkpoint_digest(run_dir, restored.step)))
+            digest=checkpoint_digest(run_dir, restored.step), objective=tcfg.objective.name))
     for path in cfg.random:
         model, tcfg = random_encoder(path)
         out.append(Encoder(
             name=f"random-{pathlib.Path(path).stem}", model=model, run_dir="", step=-1,
             config_hash=birdjepa.config.config_hash(dataclasses.asdict(tcfg)),
-            digest=params_digest(model)))
+            digest=params_digest(model), objective=f"random init of {tcfg.objective.name}"))
     names = [e.name for e in out]
     if len(set(names)) != len(names):
         raise birdjepa.config.ConfigError(
@@ -215,7 +220,9 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
             timings[f"{tp.spec.name}/{enc.name}"] = time.perf_counter() - t1
     paths = results.write(rows, out)
     text = report.tables(rows, fmt=cfg.format, console=True)
-    (out / "results.md").write_text(report.tables(rows, fmt="markdown") + "\n")
+    (out / "results.md").write_text(report.tables(rows, fmt="markdown") + "\n\n" +
+                                    report.provenance(rows, {e.name: e.objective
+                                                             for e in encoders}) + "\n")
     report.plot(rows, out / "results.png")
     total = time.perf_counter() - t_start
     summary = {
