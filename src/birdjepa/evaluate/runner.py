@@ -121,12 +121,8 @@ def _file_encoder(spec: str) -> Encoder:
 
 
 def _one_line(e: BaseException) -> str:
-    """The error's first line; a long one cut to its first sentence (Orbax appends advice)."""
-    lines = str(e).strip().splitlines()
-    line = lines[0] if lines else ""
-    if len(line) > 160 and ". " in line:
-        line = line[: line.index(". ") + 1]
-    return f"{type(e).__name__}: {line[:240]}"
+    """The whole error on one line (never cut: the fix is often at the end)."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
 def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
