@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 import birdjepa._rs
+import birdjepa.data.from_files as from_files
 import birdjepa.data.pack as pack
 
 _PART = re.compile(r"-\d{5}-of-\d{5}$")
@@ -240,10 +241,16 @@ def class_names(paths: list[str], column: str, dataset=None) -> list[str] | None
 def main(argv: list[str] | None = None) -> int:
     """`python -m birdjepa.sources pack SRC DST ...` (birdjepa.data.pack)."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "from_files":
+        return from_files.main(argv[1:])
     if not argv or argv[0] != "pack":
         print("usage: python -m birdjepa.sources pack SRC DST [--shard_mb MB] [--workers N] "
               "[--audio_column C] [--audio_root DIR] [--path_map STORED=LOCAL] [--split S]\n"
               "  pack: write any readable dataset (path-only audio included) as embedded-bytes "
-              "Arrow shards", file=sys.stderr)
+              "Arrow shards\n"
+              "       python -m birdjepa.sources from_files SRC... DST [--label_from parent] "
+              "[--relative]\n"
+              "  from_files: path-only Arrow shards from audio files (what datasets 5.x no "
+              "longer writes)", file=sys.stderr)
         return 2
     return pack.main(argv[1:], resolve)
