@@ -17,6 +17,8 @@ import birdjepa
 import birdjepa.config.architecture
 import birdjepa.embed
 import birdjepa.model
+import birdjepa.models
+import birdjepa.models.detect
 import birdjepa.models.inference as inference
 import birdjepa.models.recordings as recordings
 import birdjepa.predict
@@ -225,3 +227,21 @@ def test_raven_needs_audio_files_and_one_output(run_dir, corpus, tmp_path, capsy
     assert birdjepa.predict.main([str(run_dir), str(corpus / "files"), "--out_dir",
                                   str(tmp_path / "t")]) == 2
     assert "--out: expected one output" in capsys.readouterr().err
+
+
+def test_predict_in_python_returns_the_rows_the_cli_writes(run_dir, corpus, tmp_path):  # noqa: F811
+    """Item 11: `birdjepa.predict(model, source)` and `load_encoder(..., with_head=True)`."""
+    rows = birdjepa.models.detect.predict(run_dir, corpus / "files", window_s=WINDOW, top_k=2,
+                                          min_conf=0.0)
+    assert birdjepa.predict.main([str(run_dir), str(corpus / "files"), "--out",
+                                  str(tmp_path / "d.parquet"), "--window", str(WINDOW),
+                                  "--top_k", "2", "--min_conf", "0.0", "--quiet"]) == 0
+    assert pq.read_table(tmp_path / "d.parquet").equals(pyarrow.table(rows))
+    assert callable(birdjepa.predict)  # the module, made callable like birdjepa.embed
+    with pytest.raises(ValueError, match="--top_k: expected an integer >= 1, got 0"):
+        birdjepa.predict(run_dir, corpus / "files", top_k=0)
+    enc, cfg, head, classes = birdjepa.models.load_encoder(run_dir, with_head=True)
+    m = birdjepa.models.open_model(run_dir)
+    assert classes == m.classes == ["0", "1", "2", "3"] and cfg.objective.name == "supervised"
+    np.testing.assert_array_equal(np.asarray(head.w), np.asarray(m.head.w))
+    assert enc.cfg == m.encoder.cfg

@@ -20,9 +20,17 @@ IMPORTED = tuple(bird_mae.PRESETS)
 """Names `load` takes: published architectures whose weights the user downloads."""
 
 
-def load_encoder(path: str | os.PathLike, *, step: int | None = None):
+def load_encoder(path: str | os.PathLike, *, step: int | None = None, with_head: bool = False):
     """(encoder, config) from an export directory (its files only: no Orbax, no run
-    directory) or a run directory (birdjepa.encoder.load_encoder, its latest checkpoint)."""
+    directory) or a run directory (birdjepa.encoder.load_encoder, its latest checkpoint).
+    `with_head=True`: (encoder, config, head, classes), the class head (logits from pooled
+    embeddings: the supervised head, else the online probe; None without one) and its class
+    names, as `python -m birdjepa.predict` uses them."""
+    if with_head:
+        m = _export.from_run(path, step=step) if not _export.is_export(path) else \
+            load_export(path)
+        encoder, cfg = load_encoder(path, step=step)
+        return encoder, cfg, m.head, m.classes
     if _export.is_export(path):
         m = load_export(path)
         cfg = m.info.get("config")

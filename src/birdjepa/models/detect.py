@@ -83,9 +83,10 @@ def detections(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_con
             "class_index": pa.array(cls.astype(np.int32))}
 
 
-def check_args(args: argparse.Namespace) -> None:
+def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
     """Every option and the output path, before any compute."""
-    if (args.out is None) == (args.out_dir is None) or (args.out_dir and args.format != "raven"):
+    if out_required and ((args.out is None) == (args.out_dir is None) or (
+            args.out_dir and args.format != "raven")):
         raise ValueError("--out: expected one output, --out FILE or (with --format raven) "
                          f"--out_dir DIR, got --out {args.out} --out_dir {args.out_dir}")
     if args.out_dir is not None:
@@ -95,6 +96,26 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--top_k: expected an integer >= 1, got {args.top_k}")
     if not 0.0 <= args.min_conf <= 1.0:
         raise ValueError(f"--min_conf: expected a confidence in [0, 1], got {args.min_conf}")
+
+
+def predict(model, source, *, window_s: float = 5.0, hop_s: float | None = None,
+            centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
+            activation: str = "softmax", batch_size: int = 64, n_workers: int = 2,
+            audio_column: str = "audio") -> dict[str, pa.Array]:
+    """`birdjepa.predict(model, source)`: the detection rows `python -m birdjepa.predict` writes
+    ({column: pyarrow array}; `pyarrow.table(rows)` makes the table). `model`: a run or export
+    directory or a `birdjepa.models.Model`; `source`: what SOURCE takes (audio files,
+    directories, shards) as a path or a list of them."""
+    args = argparse.Namespace(window=window_s, hop=hop_s, centre=centre, top_k=top_k,
+                              min_conf=min_conf, activation=activation, batch_size=batch_size,
+                              n_workers=n_workers, audio_column=audio_column, quiet=True,
+                              out=None, out_dir=None, format="table")
+    check_args(args, out_required=False)
+    m = model if isinstance(model, export.Model) else export.open_model(model)
+    src = runner.resolve([str(s) for s in (source if isinstance(source, list | tuple)
+                                           else [source])], audio_column)
+    where, probs = probabilities(m, src, args)
+    return detections(where, probs, m.classes, min_conf=min_conf, top_k=top_k)
 
 
 def run(args: argparse.Namespace) -> dict:
