@@ -388,8 +388,9 @@ def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | N
     `datasets.Dataset`, Arrow shards (a directory, a file or a list), or a list of audio file
     paths (row i = file i). A `wave` is (n,) or (n, channels), or (channels, n) with
     `channels_first=True`; float at full scale 1, integer scaled by its dtype's range; empty is
-    an error (birdjepa.data.audio.as_mono). A recording that fails to decode is skipped with one
-    warning counting them and naming the first by row (every one failing is an error). `pool`:
+    an error (birdjepa.data.audio.as_mono). A recording that fails to decode is skipped; one
+    warning at the end counts them by kind and names the first few by file or row (every one
+    failing is an error). Batches are padded to a few shapes (`bucket`), not to `batch_size`. `pool`:
     "cls", "mean",
     "patches" or a tuple of them; None means the encoder's own pooling (model.pool).
     `segment="columns"` (with `centre=True`, shards) embeds each row's [start, end] seconds from
