@@ -33,7 +33,6 @@ import birdjepa.models.embed_cli
 import birdjepa.models.recordings
 import birdjepa.optim
 import birdjepa.params
-import birdjepa.predict
 import birdjepa.runtime.checkpoint
 import birdjepa.runtime.integrity
 import birdjepa.runtime.rundir
@@ -119,7 +118,8 @@ def test_embed_cli_on_audio_files_equals_the_python_api(run_dir, corpus, tmp_pat
         ref = birdjepa.embed(run_dir, f, window_s=WINDOW, hop_s=HOP, pool=("mean", "cls"))
         rows = t.filter(pyarrow.compute.equal(t.column("file"), f))
         np.testing.assert_array_equal(rows.column("start_s").to_numpy(), ref["start_s"])
-        np.testing.assert_allclose(rows.column("end_s").to_numpy(), ref["start_s"] + WINDOW)
+        np.testing.assert_allclose(rows.column("end_s").to_numpy(), np.minimum(
+            ref["start_s"] + WINDOW, rows.column("duration_s").to_numpy()))
         for p in ("mean", "cls"):
             got = np.stack(rows.column(f"emb_{p}").to_numpy(zero_copy_only=False))
             np.testing.assert_allclose(got, ref[p], rtol=1e-5, atol=1e-6)
@@ -147,9 +147,10 @@ def test_embed_cli_on_shards_carries_rows_and_dataset_columns(run_dir, corpus, t
 def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
     argv = [str(run_dir), str(corpus / "files"), "--out", str(tmp_path / "d.csv"),
             "--window_s", str(WINDOW), "--top-k", "2", "--min-conf", "0.0", "--quiet"]
-    assert birdjepa.predict.main(argv) == 0
+    assert birdjepa.models.detect.main(argv) == 0
     t = pyarrow.csv.read_csv(tmp_path / "d.csv")
-    assert t.column_names == ["file", "start_s", "end_s", "class", "confidence", "class_index"]
+    assert t.column_names == ["file", "start_s", "end_s", "duration_s", "padded_s", "class",
+                              "confidence", "class_index"]
     n_windows = len(birdjepa.embed(run_dir, sorted(
         str(p) for p in (corpus / "files").rglob("rec*")), window_s=WINDOW)["row"])
     assert t.num_rows == 2 * n_windows  # top 2 of every window
@@ -170,7 +171,7 @@ def test_help_lists_every_option_and_names_the_module(module, capsys):
     parser = {"embed": birdjepa.models.embed_cli.parser, "predict":
               birdjepa.models.detect.parser}.get(module)
     main = {"embed": birdjepa.models.embed_cli.main,  # = birdjepa.embed.main; importing
-            "predict": birdjepa.predict.main,  # birdjepa.embed here would rebind the name
+            "predict": birdjepa.models.detect.main,  # birdjepa.embed here would rebind the name
             "export": birdjepa.export.main}[module]  # birdjepa.embed for every later test
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -252,6 +253,6 @@ def test_predict_refuses_a_model_without_a_class_head(run_dir, corpus, tmp_path,
     with pytest.raises(ValueError, match="'bird-mae-base:w.safetensors' has no class head"):
         birdjepa.models.detect.probabilities(
             headless, birdjepa.models.recordings.resolve(args.source), args)
-    assert birdjepa.predict.main([str(tmp_path / "nothing"), str(corpus / "files"), "--out",
+    assert birdjepa.models.detect.main([str(tmp_path / "nothing"), str(corpus / "files"), "--out",
                                   str(tmp_path / "d.csv")]) == 2
     assert "MODEL: expected a run directory" in capsys.readouterr().err

@@ -175,18 +175,20 @@ def _all_imports(tree: ast.Module) -> set[str]:
     return out
 
 
-def test_models_never_import_evaluate_and_nothing_imports_the_embed_cli():
+def test_models_never_import_evaluate_and_nothing_imports_the_embed_or_predict_cli():
     """The packages depend one way (evaluate -> models, data), anywhere in a module; and no
-    module imports birdjepa.embed (the command line's module), so after `import birdjepa` the
-    name `birdjepa.embed` stays the embedding function (see birdjepa/embed.py)."""
+    module imports birdjepa.embed or birdjepa.predict (the command lines' modules), so after
+    `import birdjepa` the names `birdjepa.embed` and `birdjepa.predict` stay the functions (see
+    birdjepa/embed.py)."""
     mods = modules()
     upward = [f"{name} -> {imp}" for name, tree in mods.items() if name.startswith(
         "birdjepa.models") or name.startswith("birdjepa.data")
         for imp in sorted(_all_imports(tree)) if imp.startswith("birdjepa.evaluate")]
     assert upward == []
-    users = [name for name, tree in mods.items() if "birdjepa.embed" in _all_imports(tree)]
+    cli = {"birdjepa.embed", "birdjepa.predict"}
+    users = [name for name, tree in mods.items() if cli & _all_imports(tree)]
     tests = [f.name for f in sorted((ROOT / "tests").rglob("*.py"))
-             if "birdjepa.embed" in _all_imports(ast.parse(f.read_text()))]
+             if cli & _all_imports(ast.parse(f.read_text()))]
     assert users == [] and tests == []
 
 

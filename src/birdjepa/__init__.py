@@ -23,7 +23,7 @@ _EXCEPTIONS = (
     "LoaderError",
 )
 
-__all__ = [*_EXCEPTIONS, "__version__", "embed", "load_encoder"]
+__all__ = [*_EXCEPTIONS, "__version__", "embed", "load_encoder", "predict"]
 
 
 def __getattr__(name: str):
@@ -39,4 +39,8 @@ def __getattr__(name: str):
         import birdjepa.models.inference
 
         return birdjepa.models.inference.embed
+    if name == "predict":  # the detection rows `python -m birdjepa.predict` writes
+        import birdjepa.models.detect
+
+        return birdjepa.models.detect.predict
     raise AttributeError(f"module 'birdjepa' has no attribute {name!r}")

@@ -49,6 +49,9 @@ class DataConfig(birdjepa.data.config.LoaderConfig):
     (one centre view per row). Required."""
     eval_batch_size: int | None = None
     """Evaluation batch size; defaults to batch_size."""
+    eval_label_column: str | None = None
+    """Label column of the eval shards when it is not label_column (e.g. a held-out split
+    labelled in another column); None: label_column."""
 
 
 @dataclasses.dataclass(frozen=True)

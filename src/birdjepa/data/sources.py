@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Sequence
 
 import birdjepa._rs
+import birdjepa.data.from_files as from_files
 import birdjepa.data.ipc
 import birdjepa.data.pack as pack
 import birdjepa.runtime.cli_args as cli_args
@@ -233,7 +234,8 @@ def class_names(paths: list[str], column: str, dataset=None) -> list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m birdjepa.sources pack SRC --out_dir DST ...` (birdjepa.data.pack)."""
+    """`python -m birdjepa.sources pack SRC --out_dir DST ...` (birdjepa.data.pack) and
+    `python -m birdjepa.sources from_files SRC... --out_dir DST` (birdjepa.data.from_files)."""
     p = cli_args.Parser("python -m birdjepa.sources", "Dataset tools of birdjepa.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            parser_class=cli_args.Parser,
@@ -242,4 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         "pack", prog="python -m birdjepa.sources pack", description=pack.__doc__,
         help="write any readable dataset (path-only audio included) as embedded-bytes Arrow "
         "shards"))
-    return pack.run(p.parse_args(argv), resolve)
+    from_files.add_options(sub.add_parser(
+        "from_files", prog="python -m birdjepa.sources from_files",
+        description=from_files.__doc__,
+        help="path-only Arrow shards from audio files (what datasets 5.x no longer writes)"))
+    a = p.parse_args(argv)
+    return from_files.run(a) if a.command == "from_files" else pack.run(a, resolve)

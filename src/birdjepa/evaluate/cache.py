@@ -27,6 +27,7 @@ import numpy as np
 
 import birdjepa.data.table as table
 import birdjepa.evaluate.config as config
+import birdjepa.evaluate.external as external
 import birdjepa.evaluate.progress as progress
 import birdjepa.models.inference as embed
 
@@ -136,9 +137,15 @@ def embed_all(encoders, plans, cfg: config.EvalConfig, cache_dir: pathlib.Path, 
             splits.setdefault((role, str(source)), []).append(tp.spec.name)
             n_rows[(role, str(source))] = n
     out = {}
+    for enc in (e for e in encoders if e.model is None):  # precomputed: read, not embedded
+        for tp in plans:
+            for role in ("train", "test"):
+                out[(enc.name, role, tp.spec.name)] = external.load(enc.run_dir, tp.spec.name,
+                                                                    role, cfg.pool)
+    encoders = [e for e in encoders if e.model is not None]
     for (role, source), names in splits.items():
         got = _embed_split(encoders, source, role, n_rows[(role, source)], cfg, cache_dir,
-                           verbose)
+                           verbose) if encoders else {}
         for enc_name, arrays in got.items():
             for name in names:
                 out[(enc_name, role, name)] = arrays

@@ -10,6 +10,7 @@ after the test split's directory.
 import dataclasses
 import math
 import os
+import pathlib
 import typing
 
 import birdjepa.config
@@ -48,6 +49,9 @@ class EvalConfig:
     """Probe training split: focal recordings with one label each (or a list<int> column)."""
     test_shards: str = "data/demo/soundscape"
     """Test split: 5 s soundscape segments with a multilabel column (BirdSet's test_5s)."""
+    test_name: str = ""
+    """Name of the test_shards test set in the tables; empty: from its path (the BirdSet
+    config, e.g. "HSN" for .../birdset/HSN/0.0.4/<hash>:test_5s, else the directory name)."""
     audio_column: str = "audio"
     """Audio column of both splits."""
     train_label_column: str = "label"
@@ -161,12 +165,25 @@ def validate(cfg: EvalConfig) -> None:
         _need(t.test_shards, f"test_sets[{i}].test_shards", "a test split", t.test_shards)
 
 
+def default_name(test_shards: str) -> str:
+    """A test set's name from its path: the BirdSet config after a `...birdset` directory
+    (`.../DBD-research-group___birdset/HSN/0.0.4/<hash>:test_5s` -> "HSN"), else the last
+    directory's name with any `:SPLIT`."""
+    base, _, split = test_shards.rpartition(":")
+    path = base if base and "/" not in split else test_shards
+    parts = pathlib.PurePath(os.path.normpath(path)).parts
+    for i, part in enumerate(parts[:-1]):
+        if part.lower().endswith("birdset"):
+            return parts[i + 1]
+    return os.path.basename(os.path.normpath(test_shards)) or "test"
+
+
 def test_sets(cfg: EvalConfig) -> list[TestSet]:
     """The configured test sets with every field resolved (the top-level values filled in)."""
-    sets = cfg.test_sets or (TestSet(test_shards=cfg.test_shards),)
+    sets = cfg.test_sets or (TestSet(name=cfg.test_name, test_shards=cfg.test_shards),)
     out = []
     for t in sets:
-        name = t.name or os.path.basename(os.path.normpath(str(t.test_shards))) or "test"
+        name = t.name or default_name(str(t.test_shards))
         out.append(TestSet(
             name=name, test_shards=t.test_shards,
             train_shards=t.train_shards if t.train_shards is not None else cfg.train_shards,

@@ -117,12 +117,40 @@ def tables(rows: list[dict], *, fmt: str = "text", metric_list=None, ks=None,
     return "\n\n".join(table(rows, m, k, fmt) for m, k in pairs)
 
 
+def provenance(rows: list[dict], objectives: dict[str, str] | None = None) -> str:
+    """Markdown: what each encoder is (objective, training steps, source) and what each test set
+    scored (seeds, k, test segments, classes in the list and classes scored), from the rows."""
+    objectives = objectives or {}
+    first = {}
+    for r in rows:
+        first.setdefault(r["encoder"], r)
+    out = ["## Encoders", "", "| encoder | objective | steps | source |", "|---|---|---|---|"]
+    for enc, r in first.items():
+        step = r.get("encoder_step", -1)
+        out.append(f"| {enc} | {objectives.get(enc, '-')} | {'-' if step < 0 else step} | "
+                   f"{r.get('encoder_run_dir') or 'random init'} |")
+    out += ["", "## Test sets", "", "| test set | seeds | k | test segments | labelled | "
+            "classes | classes scored (cmAP) | classes in cmAP5 |", "|---|---|---|---|---|---|---|---|"]
+    for ts in _unique(r["test_set"] for r in rows):
+        sub = [r for r in rows if r["test_set"] == ts]
+        r = sub[0]
+        seeds = sorted(_unique(int(x["seed"]) for x in sub))
+        ks = sorted(_unique(str(x["k"]) for x in sub), key=kkey)
+        out.append(f"| {ts} | {len(seeds)} ({', '.join(map(str, seeds))}) | {', '.join(ks)} | "
+                   f"{r.get('n_segments', '-')} | {r.get('n_labelled', '-')} | "
+                   f"{r.get('n_classes', '-')} | {r.get('n_classes_scored', '-')} | "
+                   f"{r.get('n_classes_cmap5', '-')} |")
+    return "\n".join(out)
+
+
 def plot(rows: list[dict], path, metric_list=None) -> None:
-    """PNG: a panel per (test set, metric), the metric against k, a line per (encoder, probe)
-    (colour: probe, line style: encoder) with its interval as error bars (the tables')."""
+    """PNG: one panel per metric (per test set and metric with several test sets), at most 3
+    across; the metric against k with the tables' intervals as error bars; colour = encoder,
+    marker and line style = probe; the legend below the panels, never over data."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.lines
     import matplotlib.pyplot as plt
 
     by = groups(rows)
@@ -130,32 +158,49 @@ def plot(rows: list[dict], path, metric_list=None) -> None:
     mets = [m for m in (metric_list or metrics.METRICS) if any(r["metric"] == m for r in rows)]
     ks = sorted(_unique(str(r["k"]) for r in rows), key=kkey)
     pairs = _unique((r["encoder"], r["probe"]) for r in rows)
-    encs = _unique(e for e, _ in pairs)
-    kinds = _unique(p for _, p in pairs)
-    fig, axes = plt.subplots(len(sets), len(mets), figsize=(4.2 * len(mets), 3.6 * len(sets)),
+    encs, kinds = _unique(e for e, _ in pairs), _unique(p for _, p in pairs)
+    panels = [(ts, m) for ts in sets for m in mets]
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    handles = [matplotlib.lines.Line2D([], [], color=f"C{i % 10}", lw=3, label=e)
+               for i, e in enumerate(encs)]
+    handles += [matplotlib.lines.Line2D([], [], color="0.3", marker=MARKERS[i % len(MARKERS)],
+                                        ls=STYLES[i % len(STYLES)], label=f"probe: {p}")
+                for i, p in enumerate(kinds)]
+    legend_rows = -(-len(handles) // 4)
+    legend_in = 0.3 + 0.25 * legend_rows
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows + legend_in),
                              squeeze=False)
-    styles = ["-", "--", ":", "-."]
-    for (i, ts), (j, m) in ((a, b) for a in enumerate(sets) for b in enumerate(mets)):
-        ax = axes[i][j]
+    for ax, (ts, m) in zip(axes.flat, panels, strict=False):
         for n, (enc, probe) in enumerate(pairs):
-            gs = [(x, by.get((ts, enc, probe, k, m))) for x, k in enumerate(ks)]
-            gs = [(x + 0.03 * (n - len(pairs) / 2), g) for x, g in gs if g is not None]
+            gs = [(x + 0.06 * (n - (len(pairs) - 1) / 2), by.get((ts, enc, probe, k, m)))
+                  for x, k in enumerate(ks)]
+            gs = [(x, g) for x, g in gs if g is not None]
             if not gs:
                 continue
-            xs = np.array([x for x, _ in gs])
-            mean = np.array([g["mean"] for _, g in gs])
+            xs, mean = np.array([x for x, _ in gs]), np.array([g["mean"] for _, g in gs])
             err = np.abs(np.array([[g["lo"], g["hi"]] for _, g in gs]).T - mean)
-            ax.errorbar(xs, mean, yerr=err, fmt=styles[encs.index(enc) % 4], marker="o",
-                        ms=3, capsize=2, color=f"C{kinds.index(probe) % 10}",
-                        label=f"{enc} / {probe}")
+            i = kinds.index(probe)
+            ax.errorbar(xs, mean, yerr=np.nan_to_num(err), ls=STYLES[i % len(STYLES)],
+                        marker=MARKERS[i % len(MARKERS)], ms=5, capsize=2, lw=1.2,
+                        color=f"C{encs.index(enc) % 10}")
         ax.set_xticks(range(len(ks)), ks)
+        ax.set_xlim(-0.5, len(ks) - 0.5)
         ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
         ax.set_xlabel("training recordings per class (k)")
-        ax.set_title(f"{ts}: {m}")
-    axes[0][0].legend(fontsize=6)
-    fig.tight_layout()
+        ax.set_title(m if len(sets) == 1 else f"{ts}: {m}")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), frameon=False,
+               fontsize=9)
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P")
+STYLES = ("-", "--", ":", "-.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,7 @@ import birdjepa.config
 import birdjepa.evaluate.cache as cache
 import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
+import birdjepa.evaluate.external as external
 import birdjepa.evaluate.protocol as protocol
 import birdjepa.evaluate.report as report
 import birdjepa.evaluate.results as results
@@ -56,6 +57,9 @@ class Encoder:
     digest: str
     """sha256 of the restored step's integrity manifest (which holds every file's sha256), or of
     the parameters themselves for a random initialisation."""
+    objective: str = ""
+    """What trained it, for the report: the run's objective, "random init of <objective>",
+    "export (<head kind>)", "imported" or "precomputed embeddings"."""
 
 
 def _sha256(data: bytes) -> str:
@@ -102,16 +106,13 @@ def _file_encoder(spec: str) -> Encoder:
                    run_dir=str(path.resolve()), step=-1,
                    config_hash=_sha256(json.dumps(model_cfg, sort_keys=True,
                                                   default=str).encode())[:16],
-                   digest=digest)
+                   digest=digest, objective="imported" if imported else
+                   f"export ({model.head_kind or 'no head'})")
 
 
 def _one_line(e: BaseException) -> str:
-    """The error's first line; a long one cut to its first sentence (Orbax appends advice)."""
-    lines = str(e).strip().splitlines()
-    line = lines[0] if lines else ""
-    if len(line) > 160 and ". " in line:
-        line = line[: line.index(". ") + 1]
-    return f"{type(e).__name__}: {line[:240]}"
+    """The whole error on one line (never cut: the fix is often at the end)."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
 def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
@@ -119,6 +120,17 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
     runs and configs. A run that cannot be loaded is a ConfigError naming it."""
     out = []
     for run_dir in cfg.encoders:
+        if external.is_external(run_dir):  # precomputed embeddings (issue 29 item 6)
+            d = external.directory(run_dir)
+            if not d.is_dir():
+                raise birdjepa.config.ConfigError(
+                    f"config key 'encoders': expected emb:DIR with DIR a directory of parquet "
+                    f"embeddings, got {run_dir!r} (no such directory)")
+            out.append(Encoder(name=d.resolve().name, model=None,
+                               run_dir=external.PREFIX + str(d.resolve()), step=-1,
+                               config_hash="", digest=external.digest(run_dir),
+                               objective="precomputed embeddings"))
+            continue
         if not birdjepa.runtime.rundir.is_run_dir(run_dir):
             out.append(_file_encoder(run_dir))  # an export or "bird-mae-base:WEIGHTS"
             continue
@@ -133,20 +145,22 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
             name=pathlib.Path(run_dir).resolve().name, model=model,
             run_dir=str(pathlib.Path(run_dir).resolve()), step=int(restored.step),
             config_hash=birdjepa.config.config_hash(dataclasses.asdict(tcfg)),
-            digest=birdjepa.runtime.integrity.checkpoint_digest(run_dir, restored.step)))
+            digest=birdjepa.runtime.integrity.checkpoint_digest(run_dir, restored.step),
+            objective=tcfg.objective.name))
     for path in cfg.random:
         model, tcfg = random_encoder(path)
         out.append(Encoder(
             name=f"random-{pathlib.Path(path).stem}", model=model, run_dir="", step=-1,
             config_hash=birdjepa.config.config_hash(dataclasses.asdict(tcfg)),
-            digest=params_digest(model)))
+            digest=params_digest(model), objective=f"random init of {tcfg.objective.name}"))
     names = [e.name for e in out]
     if len(set(names)) != len(names):
         raise birdjepa.config.ConfigError(
             f"config key 'encoders': expected encoders with distinct names (directory names), "
             f"got {names}")
     for enc in out:
-        check_encoder(enc)
+        if enc.model is not None:
+            check_encoder(enc)
     return out
 
 
@@ -175,6 +189,9 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
     config.validate(cfg)
     plans = checks.build(cfg)
     encoders = load_encoders(cfg)
+    for enc in (e for e in encoders if e.model is None):
+        for tp in plans:
+            external.check(enc.run_dir, tp.spec.name, len(tp.y_train), len(tp.y_test), cfg)
     log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if verbose else (lambda msg: None)
     log(f"checked {len(plans)} test set(s), {len(encoders)} encoder(s) in "
         f"{time.perf_counter() - t_start:.1f} s")
@@ -190,7 +207,9 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
             timings[f"{tp.spec.name}/{enc.name}"] = time.perf_counter() - t1
     paths = results.write(rows, out)
     text = report.tables(rows, fmt=cfg.format, console=True)
-    (out / "results.md").write_text(report.tables(rows, fmt="markdown") + "\n")
+    (out / "results.md").write_text(report.tables(rows, fmt="markdown") + "\n\n" +
+                                    report.provenance(rows, {e.name: e.objective
+                                                             for e in encoders}) + "\n")
     report.plot(rows, out / "results.png")
     total = time.perf_counter() - t_start
     summary = {

@@ -4,22 +4,29 @@ import json
 import os
 
 
-def _eval_lines(summary: dict | None, run_dir) -> list[str]:
+def _eval_lines(summary: dict | None, run_dir, held_out: bool = True,
+                eval_is_train: bool = False) -> list[str]:
+    """Held-out figures (the run's eval_* on its eval shards, and eval/results.json), or with
+    held_out=False the training-split ones (train_*, final_*, and eval_* when the eval shards
+    are the training shards), as a Markdown table."""
+    prefixes = (() if eval_is_train else ("eval",)) if held_out else (
+        ("train", "final") + (("eval",) if eval_is_train else ()))
     lines = []
     for k, v in sorted((summary or {}).items()):
-        if isinstance(v, int | float) and not isinstance(v, bool) and k.startswith(
-                ("eval", "train", "final")):
+        if isinstance(v, int | float) and not isinstance(v, bool) and k.startswith(prefixes):
             lines.append(f"| {k} | {v:.4g} |")
     report = os.path.join(str(run_dir), "eval", "results.json") if run_dir else ""
-    if report and os.path.isfile(report):
+    if held_out and report and os.path.isfile(report):
         try:
             for k, v in sorted(json.load(open(report)).items()):
                 if isinstance(v, int | float):
                     lines.append(f"| eval/{k} | {v:.4g} |")
         except (OSError, ValueError):
             pass
-    return (["| metric | value |", "|---|---|", *lines] if lines
-            else ["No evaluation results were recorded with this run."])
+    if lines:
+        return ["| metric | value |", "|---|---|", *lines]
+    return ["No held-out evaluation was recorded with this run." if held_out else
+            "No training-split figures were recorded."]
 
 
 def render(meta: dict, run_dir=None) -> str:
@@ -27,6 +34,7 @@ def render(meta: dict, run_dir=None) -> str:
     cfg = meta.get("config") or {}
     m, a, head = meta["model"], meta["audio"], meta["head"]
     data = cfg.get("data", {})
+    same = data.get("eval_shards") in (None, "", data.get("train_shards"))
     objective = (cfg.get("objective") or {}).get("name", "unknown")
     classes = head.get("classes") or []
     shown = ", ".join(classes[:20]) + (" ..." if len(classes) > 20 else "")
@@ -49,7 +57,11 @@ def render(meta: dict, run_dir=None) -> str:
         "",
         "## Evaluation",
         "",
-        *_eval_lines(meta.get("summary"), run_dir),
+        *_eval_lines(meta.get("summary"), run_dir, eval_is_train=same),
+        "",
+        "## Training-split figures (not held-out)",
+        "",
+        *_eval_lines(meta.get("summary"), run_dir, held_out=False, eval_is_train=same),
         "",
         "## Load",
         "",

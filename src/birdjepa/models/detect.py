@@ -3,6 +3,7 @@ window from a model's class head (the supervised head, else the online linear pr
 BirdNET-style detections (see `main --help`)."""
 
 import argparse
+import pathlib
 
 import equinox as eqx
 import jax
@@ -11,9 +12,11 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa.models.artifact as export
+import birdjepa.models.raven as raven
 import birdjepa.models.recordings as runner
 import birdjepa.runtime.cli_args as cli_args
 
+SUFFIXES = (".csv", ".parquet", ".npz")
 DESCRIPTION = """\
 Species detections from a model with a class head: a run directory or an export of a run
 trained with the supervised objective (its head) or any objective (its online linear probe).
@@ -21,20 +24,29 @@ Every recording is cut into windows of --window_s seconds every --hop_s seconds;
 class probabilities come from the head (--activation softmax: one class per window, as the
 supervised objective trains; sigmoid: independent classes). Rows are the --top_k most
 probable classes of each window with confidence >= --min_conf, in the columns BirdNET users
-know: file (or row for a dataset), start_s, end_s, class, confidence (and class_index).
-CSV (.csv) or parquet (.parquet)."""
+know: file (or row for a dataset), start_s, end_s (never past the recording's end),
+duration_s, padded_s (zero padding past the end in the window), class, confidence (and
+class_index). CSV (.csv), parquet (.parquet) or npz (.npz)."""
 
 
 def parser() -> cli_args.Parser:
     """Every option of `python -m birdjepa.predict`, in one place."""
     p = cli_args.Parser("python -m birdjepa.predict", DESCRIPTION)
-    runner.add_common(p)
+    runner.add_common(p, out_required=False)
     p.add_argument("--min_conf", type=cli_args.converter(float), default=0.1,
-                   help="smallest confidence written")
+                   help="smallest confidence written, in [0, 1]")
     p.add_argument("--top_k", type=cli_args.converter(int), default=3,
-                   help="most probable classes per window")
+                   help="most probable classes per window (>= 1)")
     p.add_argument("--activation", choices=("softmax", "sigmoid"), default="softmax",
                    help="how logits become probabilities")
+    p.add_argument("--format", choices=("table", "raven"), default="table",
+                   help="table: the rows above (format from --out's suffix); raven: Raven Pro "
+                   "selection tables (audio-file SOURCEs), with --out FILE.txt one combined "
+                   "table (Begin Path, File Offset (s)) or with --out_dir DIR one "
+                   "<recording>.selections.txt per recording")
+    p.add_argument("--out_dir", default=None,
+                   help="with --format raven: the directory for one selection table per "
+                   "recording (instead of --out)")
     return p
 
 
@@ -45,13 +57,14 @@ def probabilities(m: export.Model, src: runner.Source, args) -> tuple[dict, np.n
                          "supervised or probe run on it (init_encoder) and predict with that run")
     w = runner.windows(m, args)
     pool = m.encoder.cfg.pool
+    durations: dict[int, float] = {}
     out = runner.encode(m, src, w, (pool,), batch_size=args.batch_size,
                         n_workers=args.n_workers, audio_column=args.audio_column,
-                        progress=not args.quiet)
+                        progress=not args.quiet, durations=durations)
     emb = jnp.asarray(out[pool].reshape(len(out["row"]), -1))
     logits = np.asarray(eqx.filter_jit(lambda h, x: h(x))(m.head, emb))
     act = jax.nn.softmax if args.activation == "softmax" else jax.nn.sigmoid
-    return runner.where(src, out, w), np.asarray(act(logits, axis=-1) if args.activation ==
+    return runner.where(src, out, w, durations), np.asarray(act(logits, axis=-1) if args.activation ==
                                                  "softmax" else act(logits))
 
 
@@ -62,20 +75,65 @@ def detections(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_con
     win, rank = np.nonzero(np.take_along_axis(probs_wc, order, 1) >= min_conf)
     cls = order[win, rank]
     key = "file" if "file" in where else "row"
-    return {key: where[key].take(pa.array(win, pa.int64())),
-            "start_s": where["start_s"].take(pa.array(win, pa.int64())),
-            "end_s": where["end_s"].take(pa.array(win, pa.int64())),
+    take = pa.array(win, pa.int64())
+    return {**{k: where[k].take(take) for k in (key, "start_s", "end_s", "duration_s",
+                                                "padded_s")},
             "class": pa.array([classes[c] for c in cls], pa.string()),
             "confidence": pa.array(probs_wc[win, cls].astype(np.float32)),
             "class_index": pa.array(cls.astype(np.int32))}
 
 
+def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
+    """Every option and the output path, before any compute."""
+    if out_required and ((args.out is None) == (args.out_dir is None) or (
+            args.out_dir and args.format != "raven")):
+        raise ValueError("--out: expected one output, --out FILE or (with --format raven) "
+                         f"--out_dir DIR, got --out {args.out} --out_dir {args.out_dir}")
+    if args.out_dir is not None:
+        runner.check_out(pathlib.Path(args.out_dir) / "x.txt", (".txt",), "--out_dir")
+    runner.check_args(args, (".txt",) if args.format == "raven" else SUFFIXES)
+    if args.top_k < 1:
+        raise ValueError(f"--top_k: expected an integer >= 1, got {args.top_k}")
+    if not 0.0 <= args.min_conf <= 1.0:
+        raise ValueError(f"--min_conf: expected a confidence in [0, 1], got {args.min_conf}")
+
+
+def predict(model, source, *, window_s: float = 5.0, hop_s: float | None = None,
+            centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
+            activation: str = "softmax", batch_size: int = 64, n_workers: int = 2,
+            audio_column: str = "audio") -> dict[str, pa.Array]:
+    """`birdjepa.predict(model, source)`: the detection rows `python -m birdjepa.predict` writes
+    ({column: pyarrow array}; `pyarrow.table(rows)` makes the table). `model`: a run or export
+    directory or a `birdjepa.models.Model`; `source`: what SOURCE takes (audio files,
+    directories, shards) as a path or a list of them."""
+    args = argparse.Namespace(window_s=window_s, hop_s=hop_s, centre=centre, top_k=top_k,
+                              min_conf=min_conf, activation=activation, batch_size=batch_size,
+                              n_workers=n_workers, audio_column=audio_column, quiet=True,
+                              out=None, out_dir=None, format="table")
+    check_args(args, out_required=False)
+    m = model if isinstance(model, export.Model) else export.open_model(model)
+    src = runner.resolve([str(s) for s in (source if isinstance(source, list | tuple)
+                                           else [source])], audio_column)
+    where, probs = probabilities(m, src, args)
+    return detections(where, probs, m.classes, min_conf=min_conf, top_k=top_k)
+
+
 def run(args: argparse.Namespace) -> dict:
+    check_args(args)
     m = export.open_model(args.model)
     src = runner.resolve(args.source, args.audio_column)
+    if args.format == "raven" and src.files is None:
+        raise ValueError("--format raven: expected audio files as SOURCE (Raven Pro opens "
+                         f"files), got the table {args.source[0]!r}")
     where, probs = probabilities(m, src, args)
     cols = detections(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
-    runner.write(cols, args.out)
+    if args.format == "raven" and args.out_dir is not None:
+        raven.write_per_recording(cols, args.out_dir, sorted(set(where["file"].to_pylist())),
+                                  m.audio["sample_rate"])
+    elif args.format == "raven":
+        raven.write_combined(cols, args.out, m.audio["sample_rate"])
+    else:
+        runner.write(cols, args.out)
     return cols
 
 

@@ -7,12 +7,14 @@ import birdjepa.models.artifact as export
 import birdjepa.models.recordings as runner
 import birdjepa.runtime.cli_args as cli_args
 
+SUFFIXES = (".parquet", ".npz")
 DESCRIPTION = """\
 Embeddings of audio by a trained or imported encoder, through exactly the training transform
 (decode, resample to the model's rate, Kaldi log-mel fbank, normalise). Every recording is cut
 into windows of --window_s seconds starting every --hop_s seconds (or one --centre window). One
 output row per window: where it came from (file, or dataset row and every other column of the
-dataset, labels included), start_s, end_s, and emb_<pool> vectors (and patch tokens with
+dataset, labels included), start_s, end_s (never past the recording's end), duration_s (the
+recording's), padded_s (zero padding past its end in the window), and emb_<pool> vectors (and patch tokens with
 --patches). Parquet by default (.parquet), npz with --out FILE.npz. A progress bar with the
 rate and time left goes to stderr."""
 
@@ -31,14 +33,17 @@ def parser() -> cli_args.Parser:
 
 def run(args: argparse.Namespace) -> dict:
     """Embed as the command line does; returns the output columns (what was written)."""
+    runner.check_args(args, SUFFIXES)
     m = export.open_model(args.model)
     src = runner.resolve(args.source, args.audio_column)
     w = runner.windows(m, args)
     pools = tuple(dict.fromkeys(args.pool or [m.encoder.cfg.pool]))
+    durations: dict[int, float] = {}
     out = runner.encode(m, src, w, pools + (("patches",) if args.patches else ()),
                         batch_size=args.batch_size, n_workers=args.n_workers,
-                        audio_column=args.audio_column, progress=not args.quiet)
-    cols = runner.where(src, out, w)
+                        audio_column=args.audio_column, progress=not args.quiet,
+                        durations=durations)
+    cols = runner.where(src, out, w, durations)
     for p in pools:
         cols[f"emb_{p}"] = runner.vectors(out[p].reshape(len(out["row"]), -1))
     if args.patches:

@@ -9,6 +9,7 @@ loader); otherwise windows of `window_s` start every `hop_s` (default `window_s`
 the last one zero-padded. A raw `(wave, sample_rate)` array is resampled whole, then cut.
 """
 
+import collections
 import concurrent.futures
 import copy
 import dataclasses
@@ -16,6 +17,7 @@ import math
 import os
 import pathlib
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -107,45 +109,146 @@ def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model
 
 
 def _items(source, audio_column: str, channels_first: bool = False
-           ) -> Iterator[tuple[int, object]]:
-    """(row id, bytes | (wave, sr)) per recording; a raw wave follows
+           ) -> Iterator[tuple[int, str, object]]:
+    """(row id, name for messages, bytes | path | (wave, sr) | None) per recording, one at a
+    time (files are read when their turn comes; shards one shard at a time); a raw wave follows
     birdjepa.data.audio.as_mono's convention."""
     if isinstance(source, bytes | bytearray | memoryview):
-        yield 0, bytes(source)
+        yield 0, "the bytes", bytes(source)
     elif is_audio_files(source):
         for i, path in enumerate(source):
-            yield i, pathlib.Path(path).read_bytes()
+            yield i, str(path), str(path)
     elif isinstance(source, tuple) and len(source) == 2:
         wave, sr = source
-        yield 0, (birdjepa.data.audio.as_mono(wave, channels_first=channels_first), int(sr))
+        yield 0, "the wave", (birdjepa.data.audio.as_mono(wave, channels_first=channels_first),
+                              int(sr))
     elif isinstance(source, str | os.PathLike) and os.path.isfile(source) and not str(
             source).endswith(".arrow"):
-        yield 0, pathlib.Path(source).read_bytes()
+        yield 0, str(source), str(source)
+    elif table.is_dataset(source):
+        yield from ((i, f"row {i}", a) for i, a in enumerate(table.read_audio(source,
+                                                                              audio_column)))
     else:
-        yield from enumerate(table.read_audio(source, audio_column))
+        row = 0
+        for shard in birdjepa.data.resolve_shards(source):
+            for a in table.read_audio(shard, audio_column):
+                yield row, f"row {row} of {source}", a
+                row += 1
 
 
-def _clips(item, w: Windows) -> list[tuple[float, np.ndarray]]:
-    """(start_s, normalised features) per window of one recording."""
+class Failures:
+    """Recordings that could not be embedded, by kind (the exception's type), each named by
+    file or row; `summary` counts them and names the first few."""
+
+    def __init__(self, what: str = "embed"):
+        self.what, self.by_kind, self.n_items = what, {}, 0
+
+    def add(self, name: str, e: BaseException) -> None:
+        msg = " ".join(str(e).split())
+        kind = type(e).__name__
+        self.by_kind.setdefault(kind, []).append(f"{name}: {kind}: {msg}")
+
+    def __len__(self) -> int:
+        return sum(map(len, self.by_kind.values()))
+
+    def summary(self, first: int = 3) -> str:
+        kinds = ", ".join(f"{len(v)} {k}" for k, v in self.by_kind.items())
+        names = [n for v in self.by_kind.values() for n in v][:first]
+        more = f" (+{len(self) - first} more)" if len(self) > first else ""
+        return (f"{self.what}: skipped {len(self)} of {self.n_items} recording(s) that failed "
+                f"to decode ({kinds}): " + "; ".join(names) + more)
+
+    def report(self) -> None:
+        """Nothing, one warning, or (every recording failed) an error."""
+        if not self:
+            return
+        if len(self) == self.n_items:
+            raise birdjepa.CorruptAudioError(self.summary().replace(
+                "skipped", "every recording failed:", 1))
+        warnings.warn(self.summary(), RuntimeWarning, stacklevel=4)
+
+
+def _plan(item, w: Windows):
+    """(duration_s, window starts, window(start) -> normalised features) of one recording."""
+    if item is None:
+        raise birdjepa.EmptyAudioError("no audio (neither bytes nor a path)")
     if isinstance(item, tuple):
         wave, sr = item
         x = birdjepa.data.audio.resample(wave, sr, w.sample_rate) if sr != w.sample_rate else wave
         win = int(round(w.window_s * w.sample_rate))
-        out = []
-        for s in w.starts(len(x), w.sample_rate):
+
+        def cut(s):
             a = int(round(s * w.sample_rate))
             piece = np.zeros(win, np.float32)
             piece[: len(x[a : a + win])] = x[a : a + win]
-            f = birdjepa.data.audio.fbank(piece, sample_rate=w.sample_rate, n_mels=w.n_mels)
-            out.append((s, w.normalise(f)))
-        return out
-    info = birdjepa.data.audio.info(item)
+            return w.normalise(birdjepa.data.audio.fbank(piece, sample_rate=w.sample_rate,
+                                                         n_mels=w.n_mels))
+        return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut
+    data = birdjepa.data.audio._bytes(item)
+    info = birdjepa.data.audio.info(data)
     n, sr = info["n_frames"], info["sample_rate"]
     if n is None:  # no length in the header: decode to count
-        n = len(birdjepa.data.audio.decode(item)[0])
-    return [(s, w.normalise(birdjepa.data.audio.clip(item, start_s=s, duration_s=w.window_s,
-                                                  sample_rate=w.sample_rate, n_mels=w.n_mels)))
-            for s in w.starts(n, sr)]
+        n = len(birdjepa.data.audio.decode(data)[0])
+
+    def clip(s):
+        return w.normalise(birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
+                                                    sample_rate=w.sample_rate, n_mels=w.n_mels))
+    return n / sr, w.starts(n, sr), clip
+
+
+def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None):
+    """(row, name, start_s, features thunk) per window, recording after recording; a recording
+    whose header cannot be read is a counted failure."""
+    for row, name, item in items:
+        failures.n_items += 1
+        try:
+            dur, starts, fn = _plan(item, w)
+        except (birdjepa.AudioError, OSError) as e:
+            failures.add(name, e)
+            continue
+        if durations is not None:
+            durations[row] = dur
+        for s in starts:
+            yield row, name, s, fn
+
+
+def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures: Failures,
+                   durations: dict | None):
+    """Windows transformed in `n_workers` threads, at most ~2 batches ahead of the consumer
+    (memory flat in the number and length of recordings), regrouped into full batches (only the
+    last is short). A window that fails drops the rest of its recording (named in failures)."""
+    tasks = _window_tasks(items, w, failures, durations)
+    ahead = max(2 * batch_size, 4 * n_workers)
+    queue, failed = collections.deque(), set()
+    xs, rows, starts = [], [], []
+    with concurrent.futures.ThreadPoolExecutor(max(1, n_workers)) as ex:
+        def fill():
+            while len(queue) < ahead:
+                t = next(tasks, None)
+                if t is None:
+                    return
+                queue.append((t[0], t[1], t[2], ex.submit(t[3], t[2])))
+
+        fill()
+        while queue:
+            row, name, s, fut = queue.popleft()
+            fill()
+            if row in failed:
+                continue
+            try:
+                x = fut.result()
+            except (birdjepa.AudioError, OSError) as e:
+                failed.add(row)
+                failures.add(name if s == 0 else f"{name} at {s:g} s", e)
+                continue
+            xs.append(x)
+            rows.append(row)
+            starts.append(s)
+            if len(xs) == batch_size:
+                yield np.stack(xs), np.asarray(rows, np.int64), np.asarray(starts, np.float64)
+                xs, rows, starts = [], [], []
+    if xs:
+        yield np.stack(xs), np.asarray(rows, np.int64), np.asarray(starts, np.float64)
 
 
 def is_audio_files(source) -> bool:
@@ -182,36 +285,18 @@ def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_w
                 yield b["data"][ok], b["index"][ok], b["start_s"][ok]
 
 
-def _results(pending, source, skipped: list[str]):
-    """(row, windows) of each finished recording; one that fails to decode is skipped, named
-    by row and source in `skipped` (one line each), never the end of the whole pass."""
-    for row, fut in pending:
-        try:
-            yield row, fut.result()
-        except birdjepa.AudioError as e:
-            where = f"row {row} of {source}" if isinstance(source, str | os.PathLike) else \
-                f"row {row}"
-            skipped.append(f"{where}: {type(e).__name__}: {' '.join(str(e).split())}")
-
-
-def _report_skips(skipped: list[str], n_items: int) -> None:
-    if not skipped:
-        return
-    if len(skipped) == n_items:
-        raise birdjepa.CorruptAudioError(
-            f"embed: every recording failed to decode ({len(skipped)}; first: {skipped[0]})")
-    warnings.warn(f"embed: skipped {len(skipped)} of {n_items} recording(s) that failed to "
-                  f"decode (first: {skipped[0]})", RuntimeWarning, stacklevel=3)
-
-
 def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "audio",
-             n_workers: int = 2, engine: str = "auto", channels_first: bool = False
+             n_workers: int = 2, engine: str = "auto", channels_first: bool = False,
+             durations: dict | None = None, failures: Failures | None = None
              ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Batches (x (b, n_frames, n_mels) float32, row ids (b,), start_s (b,)); a batch may be
     short. `engine`: "loader" batches centre windows of shards or a `datasets.Dataset` through
     the Rust loader's eval mode; "clip" transforms each window with `birdjepa.data.audio.clip` in
-    `n_workers` threads (the Rust code drops the GIL), one batch of recordings ahead of the
-    consumer; "auto" takes the loader where it applies (centre windows of a table source)."""
+    `n_workers` threads (the Rust code drops the GIL), about two batches of windows ahead of the
+    consumer and regrouped so only the last batch is short; "auto" takes the loader where it
+    applies (centre windows of a table source). "clip" fills `durations` (row -> seconds) when
+    given; with `failures` given the caller reports them (`Failures.report`), else a recording
+    that fails is a counted skip with one warning at the end (all failing: an error)."""
     if engine not in ("auto", "loader", "clip"):
         raise ValueError(f"engine: expected 'auto', 'loader' or 'clip', got {engine!r}")
     use_loader = w.centre and _is_table_source(source)
@@ -225,29 +310,11 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
     if engine != "clip" and use_loader:
         yield from _loader_features(source, w, batch_size, audio_column, n_workers)
         return
-    items = _items(source, audio_column, channels_first)
-    skipped, n_items = [], 0
-    with concurrent.futures.ThreadPoolExecutor(max(1, n_workers)) as ex:
-        def submit():
-            chunk = [c for c in (next(items, None) for _ in range(batch_size)) if c]
-            return [(r, ex.submit(_clips, it, w)) for r, it in chunk]
-
-        pending = submit()
-        while pending:
-            n_items += len(pending)
-            nxt = submit()
-            xs, rows, starts = [], [], []
-            for row, windows in _results(pending, source, skipped):
-                for s, x in windows:
-                    xs.append(x)
-                    rows.append(row)
-                    starts.append(s)
-            for i in range(0, len(xs), batch_size):
-                yield (np.stack(xs[i : i + batch_size]),
-                       np.asarray(rows[i : i + batch_size], np.int64),
-                       np.asarray(starts[i : i + batch_size], np.float64))
-            pending = nxt
-    _report_skips(skipped, n_items)
+    fails = Failures() if failures is None else failures
+    yield from _clip_features(_items(source, audio_column, channels_first), w, batch_size,
+                              n_workers, fails, durations)
+    if failures is None:
+        fails.report()
 
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -268,27 +335,43 @@ def _forward(encoder, x_btm, want_patches: bool):
     return out.pooled_bd, (out.patches_bnd if want_patches else None)
 
 
+def bucket(n: int, batch_size: int, compiled: set[int]) -> int:
+    """The padded batch shape for `n` windows: the smallest shape already compiled that holds
+    them, else the next power of two (at most `batch_size`). A job compiles at most
+    log2(batch_size) + 1 shapes, in practice one (full batches) or two (plus a short tail that
+    came first); a small job no longer pays for `batch_size` windows."""
+    held = [c for c in compiled if c >= n]
+    return min(held) if held else min(batch_size, 1 << max(0, n - 1).bit_length())
+
+
 def encode(encoder: birdjepa.model.ViT, batches, pools: tuple[str, ...],
-           *, batch_size: int = 64) -> dict[str, np.ndarray]:
-    """Run the encoder over `features` batches (padded to `batch_size`: one compilation);
-    {pool: array} for each requested pool plus "row" and "start_s"."""
+           *, batch_size: int = 64, progress=None) -> dict[str, np.ndarray]:
+    """Run the encoder over `features` batches, each padded to a `bucket` shape; {pool: array}
+    for each requested pool plus "row" and "start_s". `progress(rows, compile_s)` is called
+    after each batch with its row ids and the seconds it spent compiling a new shape (0.0)."""
     bad = [p for p in pools if p not in POOLS]
     if bad:
         raise ValueError(f"pool: expected values in {POOLS}, got {bad}")
     vector = [p for p in pools if p != "patches"]
     encs = {p: with_pool(encoder, p) for p in vector or ["mean"]}
     out: dict[str, list] = {p: [] for p in (*pools, "row", "start_s")}
+    compiled: set[int] = set()
     for x, rows, starts in batches:
         b = len(x)
-        xp = jnp.asarray(np.pad(x, ((0, batch_size - b), (0, 0), (0, 0))))
+        shape = bucket(b, max(batch_size, b), compiled)
+        new, t0 = shape not in compiled, time.perf_counter()
+        xp = jnp.asarray(np.pad(x, ((0, shape - b), (0, 0), (0, 0))))
         for i, (p, enc) in enumerate(encs.items()):
             pooled, patches = _forward(enc, xp, i == 0 and "patches" in pools)
             if p in pools:
                 out[p].append(np.asarray(pooled[:b]))
             if patches is not None:
                 out["patches"].append(np.asarray(patches[:b]))
+        compiled.add(shape)
         out["row"].append(rows)
         out["start_s"].append(starts)
+        if progress is not None:
+            progress(rows, time.perf_counter() - t0 if new else 0.0)
     return {k: np.concatenate(v) if v else np.zeros((0,)) for k, v in out.items()}
 
 
@@ -305,8 +388,9 @@ def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | N
     `datasets.Dataset`, Arrow shards (a directory, a file or a list), or a list of audio file
     paths (row i = file i). A `wave` is (n,) or (n, channels), or (channels, n) with
     `channels_first=True`; float at full scale 1, integer scaled by its dtype's range; empty is
-    an error (birdjepa.data.audio.as_mono). A recording that fails to decode is skipped with one
-    warning counting them and naming the first by row (every one failing is an error). `pool`:
+    an error (birdjepa.data.audio.as_mono). A recording that fails to decode is skipped; one
+    warning at the end counts them by kind and names the first few by file or row (every one
+    failing is an error). Batches are padded to a few shapes (`bucket`), not to `batch_size`. `pool`:
     "cls", "mean",
     "patches" or a tuple of them; None means the encoder's own pooling (model.pool).
     `segment="columns"` (with `centre=True`, shards) embeds each row's [start, end] seconds from

@@ -4,11 +4,15 @@ recording through the training transform with a progress bar, and one row per wi
 carries where it came from (file, or dataset row and the dataset's other columns) and when
 (start_s, end_s)."""
 
+import argparse
 import dataclasses
+import math
 import os
 import pathlib
 import sys
 import time
+import warnings
+import zipfile
 
 import numpy as np
 import pyarrow as pa
@@ -16,12 +20,13 @@ import pyarrow.csv
 import pyarrow.parquet
 import tqdm
 
+import birdjepa
 import birdjepa.data.table as table
 import birdjepa.models.artifact as export
 import birdjepa.models.inference as embed
 import birdjepa.runtime.cli_args as cli_args
 
-RESERVED = ("file", "row", "start_s", "end_s", "class", "confidence")
+RESERVED = ("file", "row", "start_s", "end_s", "duration_s", "padded_s", "class", "confidence")
 """Output column names; a dataset column of the same name is written as source_<name>."""
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
 
@@ -34,6 +39,9 @@ class Source:
     """Arrow shards, a dataset directory or DIR:SPLIT."""
     columns: list[str] = dataclasses.field(default_factory=list)
     """The table's columns carried into every row (all but the audio column)."""
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    """Entries of SOURCE directories that are not readable audio files (a dangling symlink, a
+    directory named *.wav): counted skips, named in one warning."""
 
     @property
     def data(self):
@@ -52,16 +60,20 @@ def _is_table_dir(p: pathlib.Path) -> bool:
 
 def resolve(args: list[str], audio_column: str = "audio") -> Source:
     """SOURCE arguments as one Source; a clear error for a missing path or a mix of kinds."""
-    files, shards = [], []
+    files, shards, skipped = [], [], []
     for a in args:
         p = pathlib.Path(a)
         base, _, split = a.rpartition(":")
         if p.is_dir() and not _is_table_dir(p):
-            found = sorted(str(f) for f in p.rglob("*") if f.suffix.lower() in AUDIO_SUFFIXES)
-            if not found:
+            found = sorted(f for f in p.rglob("*") if f.suffix.lower() in AUDIO_SUFFIXES)
+            bad = [str(f) for f in found if not f.is_file()]  # dangling link, directory, ...
+            skipped += bad
+            if len(found) == len(bad):
                 raise FileNotFoundError(f"SOURCE {a!r}: a directory without audio files "
-                                        f"({', '.join(AUDIO_SUFFIXES)}) or Arrow shards")
-            files += found
+                                        f"({', '.join(AUDIO_SUFFIXES)}) or Arrow shards" + (
+                                            f" ({len(bad)} not regular files, first {bad[0]!r})"
+                                            if bad else ""))
+            files += [str(f) for f in found if f.is_file()]
         elif p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES:
             files.append(a)
         elif p.exists() or (base and pathlib.Path(base).is_dir() and "/" not in split):
@@ -73,8 +85,12 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
     if files and shards:
         raise ValueError(f"SOURCE: expected audio files or Arrow shards, got both ({files[0]!r}"
                          f" and {shards[0]!r})")
+    if skipped:
+        warnings.warn(f"SOURCE: skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'}"
+                      f" that are not regular files (first: {skipped[0]!r})", RuntimeWarning,
+                      stacklevel=2)
     if files:
-        return Source(files=files)
+        return Source(files=files, skipped=skipped)
     src = shards[0] if len(shards) == 1 else shards
     cols = [c for c in table.column_names(src) if c != audio_column]
     if audio_column not in table.column_names(src):
@@ -83,7 +99,7 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
     return Source(shards=src, columns=cols)
 
 
-def add_common(p: cli_args.Parser, *, window_s: float = 5.0) -> None:
+def add_common(p: cli_args.Parser, *, window_s: float = 5.0, out_required: bool = True) -> None:
     """MODEL, SOURCE and the options both command lines take (birdjepa.runtime.cli_args)."""
     p.add_argument("model", metavar="MODEL", help="a run directory (its latest checkpoint), an "
                    "export directory (python -m birdjepa.export) or NAME:WEIGHTS for an "
@@ -91,15 +107,16 @@ def add_common(p: cli_args.Parser, *, window_s: float = 5.0) -> None:
     p.add_argument("source", metavar="SOURCE", nargs="+", help="audio files, directories "
                    "searched recursively for audio (" + " ".join(AUDIO_SUFFIXES) + "), Arrow "
                    "shards (a file or directory), a datasets save_to_disk directory, or DIR:SPLIT")
-    p.add_argument("--out", required=True, help="output file; its suffix picks the format")
+    p.add_argument("--out", required=out_required, default=None,
+                   help="output file; its suffix picks the format")
     p.add_argument("--window_s", type=cli_args.converter(float), default=window_s,
                    help="window length in seconds (the training clip)")
     p.add_argument("--hop_s", type=cli_args.converter(float), default=None,
                    help="window start spacing in seconds (default: --window_s, i.e. tiling); "
-                   "the last window of a recording is zero-padded")
+                   "a window past the recording's end is zero-padded (padded_s says how much)")
     p.add_flag("centre", "one window per recording, at its centre (the loader's eval crop)")
     p.add_argument("--batch_size", type=cli_args.converter(int), default=64,
-                   help="windows per encoder call")
+                   help="windows per encoder call (the last batch is not padded to it)")
     p.add_argument("--n_workers", type=cli_args.converter(int), default=2,
                    help="threads decoding and transforming audio")
     p.add_argument("--audio_column", default="audio", help="audio column of a table SOURCE")
@@ -114,40 +131,55 @@ def windows(m: export.Model, args) -> embed.Windows:
 
 
 class Progress:
-    """tqdm over recordings (rate and ETA) with the windows encoded so far, on stderr."""
+    """tqdm over recordings (rate and ETA), described by the windows encoded so far, their true
+    rate (time spent compiling a new batch shape left out) and that compile time, on stderr."""
 
     def __init__(self, total: int, enabled: bool):
         self.bar = tqdm.tqdm(total=total, unit="rec", file=sys.stderr, disable=not enabled,
                              dynamic_ncols=True, desc="windows 0")
-        self.seen, self.n_windows, self.t0 = -1, 0, time.perf_counter()
+        self.seen, self.n_windows, self.compile_s = -1, 0, 0.0
+        self.t0 = time.perf_counter()
 
-    def wrap(self, batches):
-        for x, rows, starts in batches:
-            self.n_windows += len(rows)
-            top = int(rows.max()) if len(rows) else self.seen  # rows come in order
-            rate = self.n_windows / max(time.perf_counter() - self.t0, 1e-9)
-            self.bar.set_description(f"windows {self.n_windows} ({rate:.1f}/s)", refresh=False)
-            if top - 1 > self.seen:  # recordings before the last one seen are done
-                self.bar.update(top - 1 - self.seen)
-                self.seen = top - 1
-            yield x, rows, starts
+    def __call__(self, rows: np.ndarray, compile_s: float) -> None:
+        self.n_windows += len(rows)
+        self.compile_s += compile_s
+        run_s = max(time.perf_counter() - self.t0 - self.compile_s, 1e-9)
+        self.bar.set_description(f"windows {self.n_windows} ({self.n_windows / run_s:.1f}/s, "
+                                 f"compile {self.compile_s:.1f} s)", refresh=False)
+        top = int(rows.max()) if len(rows) else self.seen  # rows come in order
+        if top - 1 > self.seen:  # recordings before the last one seen are done
+            self.bar.update(top - 1 - self.seen)
+            self.seen = top - 1
+
+    def close(self) -> None:
         self.bar.update(self.bar.total - self.bar.n if self.bar.total else 0)
         self.bar.close()
 
 
 def encode(m: export.Model, src: Source, w: embed.Windows, pools: tuple[str, ...], *,
            batch_size: int = 64, n_workers: int = 2, audio_column: str = "audio",
-           progress: bool = True) -> dict[str, np.ndarray]:
-    """`birdjepa.models.inference.encode` over the windows of `src`, with a progress bar."""
+           progress: bool = True, durations: dict | None = None) -> dict[str, np.ndarray]:
+    """`birdjepa.models.inference.encode` over the windows of `src`, with a progress bar;
+    `durations` (row -> seconds) is filled. Recordings that fail are counted skips, summed up
+    by kind in one warning at the end (all failing: an error)."""
+    failures = embed.Failures(what="SOURCE")
     batches = embed.features(src.data, w, batch_size=batch_size, audio_column=audio_column,
-                             n_workers=n_workers)
+                             n_workers=n_workers, engine="clip", durations=durations,
+                             failures=failures)
     bar = Progress(len(src), progress)
-    return embed.encode(m.encoder, bar.wrap(batches), pools, batch_size=batch_size)
+    try:
+        out = embed.encode(m.encoder, batches, pools, batch_size=batch_size, progress=bar)
+    finally:
+        bar.close()
+    failures.report()
+    return out
 
 
-def where(src: Source, out: dict[str, np.ndarray], w: embed.Windows) -> dict[str, pa.Array]:
+def where(src: Source, out: dict[str, np.ndarray], w: embed.Windows,
+          durations: dict[int, float]) -> dict[str, pa.Array]:
     """Columns saying where each window comes from: file or row (+ the table's columns),
-    start_s, end_s."""
+    start_s, end_s (never past the recording's end), duration_s (the recording's) and padded_s
+    (seconds of zero padding after the recording's end in this window's input)."""
     rows = out["row"].astype(np.int64)
     cols: dict[str, pa.Array] = {}
     if src.files is not None:
@@ -159,8 +191,13 @@ def where(src: Source, out: dict[str, np.ndarray], w: embed.Windows) -> dict[str
         for name in src.columns:
             key = f"source_{name}" if name in RESERVED else name
             cols[key] = taken.column(name).combine_chunks()
-    cols["start_s"] = pa.array(out["start_s"].astype(np.float64))
-    cols["end_s"] = pa.array(out["start_s"].astype(np.float64) + w.window_s)
+    start = out["start_s"].astype(np.float64)
+    dur = np.asarray([durations[r] for r in rows], np.float64)
+    end = np.minimum(start + w.window_s, dur)
+    cols["start_s"] = pa.array(start)
+    cols["end_s"] = pa.array(end)
+    cols["duration_s"] = pa.array(dur)
+    cols["padded_s"] = pa.array(np.maximum(start + w.window_s - end, 0.0))
     return cols
 
 
@@ -190,10 +227,18 @@ def write(cols: dict[str, pa.Array], path: str | os.PathLike) -> pathlib.Path:
             else:
                 arrays[k] = np.asarray(c.to_pylist(), dtype=object if pa.types.is_list(
                     c.type) or pa.types.is_struct(c.type) else None)
-        np.savez(path, **arrays)
+        _savez(path, arrays)
     else:
         raise ValueError(f"--out: expected a .parquet, .csv or .npz file, got {str(path)!r}")
     return path
+
+
+def _savez(path: pathlib.Path, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez without its keyword clash (a column named `file`): the same .npz layout."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for k, a in arrays.items():
+            with z.open(f"{k}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(a), allow_pickle=True)
 
 
 def _dense(c: pa.Array) -> np.ndarray:
@@ -204,14 +249,49 @@ def _dense(c: pa.Array) -> np.ndarray:
     return np.asarray(c.to_numpy(zero_copy_only=False), np.float32).reshape(-1, *shape)
 
 
+def check_out(out: str | os.PathLike, suffixes: tuple[str, ...], option: str = "--out") -> None:
+    """Before any compute: `out`'s suffix is one of `suffixes`, it is not a directory, and its
+    nearest existing ancestor is a writable directory (not a file)."""
+    path = pathlib.Path(out)
+    if path.suffix.lower() not in suffixes:
+        raise ValueError(f"{option}: expected a {' or '.join(suffixes)} file, got {str(out)!r}")
+    if path.is_dir():
+        raise ValueError(f"{option}: expected a file, got the directory {str(out)!r}")
+    parent = next(p for p in path.absolute().parents if p.exists())
+    if not parent.is_dir():
+        raise ValueError(f"{option}: expected {str(parent)!r} to be a directory (the output "
+                         f"goes under it), got a file")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{option}: expected a writable directory, got {str(parent)!r}")
+
+
+def check_args(args: argparse.Namespace, suffixes: tuple[str, ...]) -> None:
+    """Every common option and the output path (--out, when given), before any compute (one
+    ValueError each)."""
+    for name, value in (("--window_s", args.window_s), ("--hop_s", args.hop_s)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: expected seconds > 0, got {value}")
+    for name, value in (("--batch_size", args.batch_size), ("--n_workers", args.n_workers)):
+        if value < 1:
+            raise ValueError(f"{name}: expected an integer >= 1, got {value}")
+    if args.out is not None:
+        check_out(args.out, suffixes)
+
+
+def _one_line(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
 def cli_main(parser: cli_args.Parser, run, argv: list[str] | None, what: str) -> int:
     """Parse, `run(args)` -> columns, report "<n> <what> -> OUT" on stderr; a missing input or
-    a bad value is one line and exit status 2."""
+    a bad value is one line and exit status 2; warnings are one line each (no source lines)."""
     args = parser.parse_args(argv)
-    try:
-        cols = run(args)
-    except (FileNotFoundError, KeyError, ValueError) as e:
-        return cli_args.fail(e)
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line
+        try:
+            cols = run(args)
+        except (FileNotFoundError, KeyError, ValueError, birdjepa.AudioError) as e:
+            return cli_args.fail(e)
     n = len(next(iter(cols.values()))) if cols else 0
-    print(f"{n} {what} -> {args.out}", file=sys.stderr)
+    print(f"{n} {what} -> {getattr(args, 'out', None) or args.out_dir}", file=sys.stderr)
     return 0

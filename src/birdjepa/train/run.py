@@ -23,10 +23,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pyarrow as pa
 
 import birdjepa
 import birdjepa.config
 import birdjepa.data
+import birdjepa.data.table
 import birdjepa.models
 import birdjepa.models.artifact
 import birdjepa.optim
@@ -221,10 +223,15 @@ def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None
                process_count=jax.process_count(), n_classes=cfg.n_classes)
     train = birdjepa.data.Loader(d.train_shards, config=d, mode="train",
                                  batch_size=cfg.batch_size, state=train_state, **run)
-    evals = birdjepa.data.Loader(d.eval_shards, config=d.for_eval(), mode="eval",
+    ecfg = d.for_eval()
+    if d.eval_label_column:
+        ecfg = dataclasses.replace(ecfg, label_column=d.eval_label_column)
+    evals = birdjepa.data.Loader(d.eval_shards, config=ecfg, mode="eval",
                                  batch_size=d.eval_batch_size or cfg.batch_size, **run)
     for key, loader in (("train_shards", train), ("eval_shards", evals)):
-        problem = birdjepa.data.label_problem(loader.label_range, cfg.n_classes)
+        problem = birdjepa.data.label_problem(loader.label_range, cfg.n_classes) or (
+            no_labels(d.eval_shards, ecfg.label_column, loader.label_range)
+            if key == "eval_shards" else None)
         if problem:
             train.close()
             evals.close()
@@ -271,9 +278,32 @@ def _data_errors_are_config_errors(build):
     return wrapped
 
 
+def no_labels(shards, column: str | None, label_range: dict | None) -> str | None:
+    """Why an eval split with a label column but no label in it would evaluate nothing (the
+    columns that do hold labels named), or None."""
+    if not column or label_range is None or label_range["max"] is not None:
+        return None
+    table = birdjepa.data.table
+    t = table.read(shards, [c for c in table.column_names(shards) if c != column])
+    def labels_like(c: str) -> bool:  # ClassLabel names, or named like a label column
+        typ = t.column(c).type
+        ints = pa.types.is_integer(typ) or (pa.types.is_list(typ) and
+                                            pa.types.is_integer(typ.value_type))
+        return ints and t.column(c).null_count < t.num_rows and (
+            column in c or "label" in c.lower() or bool(table.class_names(shards, c)))
+
+    alts = [c for c in t.column_names if labels_like(c)]
+    fix = (f"labels are in {alts}: set data.eval_label_column = {alts[0]!r}" if alts else
+           "no other integer column holds labels")
+    return (f"expected labels in column {column!r}, got none ({label_range.get('nulls')} rows, "
+            f"every one null); {fix}")
+
+
 def data_error_line(d, e: Exception) -> str:
     """One line naming the data key an open error is about, the expected and actual value."""
     msg = " ".join(str(e).split())
+    if "bad argument n_classes" in msg:
+        return f"n_classes: {msg.split('bad argument n_classes: ', 1)[-1]}"
     for key, what in (("audio_column", "a column of the shards"),
                       ("label_column", "a column of the shards")):
         if f"column {getattr(d, key)!r}" in msg:

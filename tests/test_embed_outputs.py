@@ -1,0 +1,246 @@
+"""Issue 29 items 2-3 and issue 30 items 11-12: `python -m birdjepa.embed` / `predict` outputs a
+user can trust (npz from audio files, duration_s and an end_s within the recording, failures named
+by file with a summary, one-line warnings), every argument and output path checked before any
+compute, bad directory entries as counted skips, and small jobs not padded to --batch_size."""
+
+import os
+
+import jax
+import numpy as np
+import pyarrow.csv
+import pyarrow.parquet as pq
+import pytest
+import soundfile
+from test_models_cli import WINDOW, corpus, run_dir  # noqa: F401 (shared module fixtures)
+
+import birdjepa
+import birdjepa.config.architecture
+import birdjepa.model
+import birdjepa.models
+import birdjepa.models.detect
+import birdjepa.models.embed_cli
+import birdjepa.models.inference as inference
+import birdjepa.models.recordings as recordings
+
+SR = 32000
+
+
+def _files(corpus, tmp_path):  # noqa: F811
+    """The corpus's audio files copied flat into a fresh directory (sorted names)."""
+    d = tmp_path / "audio"
+    d.mkdir()
+    for p in sorted((corpus / "files").rglob("rec*")):
+        (d / p.name).write_bytes(p.read_bytes())
+    return d
+
+
+def test_npz_from_audio_files_has_file_duration_and_true_end(run_dir, corpus, tmp_path):  # noqa: F811
+    """Item 3: main raised `savez() got multiple values for argument 'file'` after the compute,
+    and end_s was start_s + window even past the recording's end."""
+    out = tmp_path / "e.npz"
+    assert birdjepa.models.embed_cli.main([str(run_dir), str(corpus / "files"), "--out", str(out),
+                                "--window_s", str(WINDOW), "--quiet"]) == 0
+    with np.load(out, allow_pickle=True) as z:
+        files, start, end = z["file"], z["start_s"], z["end_s"]
+        dur, pad = z["duration_s"], z["padded_s"]
+    assert len(set(files)) == 4 and len(files) >= 8  # 2-3 s recordings, 1 s windows
+    for f in set(files):
+        info = soundfile.info(f) if not f.endswith((".mp3", ".ogg")) else None
+        rows = files == f
+        if info is not None:  # the duration is the recording's, from its own header
+            np.testing.assert_allclose(dur[rows], info.frames / info.samplerate, rtol=1e-9)
+        assert (end[rows] <= dur[rows] + 1e-12).all()
+        np.testing.assert_allclose(end[rows] + pad[rows], start[rows] + WINDOW, rtol=1e-12)
+        last = np.argmax(start[rows])
+        assert pad[rows][last] > 0 and end[rows][last] == dur[rows][last]  # the padded tail
+        assert (pad[rows][start[rows] + WINDOW <= dur[rows]] == 0).all()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--hop_s", "0"], "--hop_s: expected seconds > 0, got 0.0"),
+    (["--window_s", "-1"], "--window_s: expected seconds > 0, got -1.0"),
+    (["--batch_size", "0"], "--batch_size: expected an integer >= 1, got 0"),
+    (["--top_k", "0"], "--top_k: expected an integer >= 1, got 0"),
+    (["--top_k", "-3"], "--top_k: expected an integer >= 1, got -3"),
+    (["--min_conf", "2"], "--min_conf: expected a confidence in [0, 1], got 2.0"),
+])
+def test_predict_options_are_checked_before_the_model_is_opened(extra, message, corpus,  # noqa: F811
+                                                                tmp_path, capsys):
+    """Item 12: `--hop 0` silently tiled; `--top_k 0/-3` and `--min_conf 2` were accepted. The
+    model does not exist: the option's error proves nothing was loaded or computed first."""
+    argv = [str(tmp_path / "no-model"), str(corpus / "files"), "--out",
+            str(tmp_path / "d.csv"), "--quiet", *extra]
+    assert birdjepa.models.detect.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {message}"]
+
+
+def test_output_paths_are_checked_before_any_compute(corpus, tmp_path, capsys):  # noqa: F811
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-dir.npz").mkdir()
+    cases = [(tmp_path / "e.txt", "--out: expected a .parquet or .npz file, got"),
+             (tmp_path / "e.csv", "--out: expected a .parquet or .npz file, got"),
+             (tmp_path / "a-file" / "sub" / "e.npz", "to be a directory (the output goes "
+              "under it), got a file"),
+             (tmp_path / "a-dir.npz", "--out: expected a file, got the directory")]
+    for out, message in cases:
+        argv = [str(tmp_path / "no-model"), str(corpus / "files"), "--out", str(out)]
+        assert birdjepa.models.embed_cli.main(argv) == 2, out
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (out, err)
+
+
+def test_bad_directory_entries_and_bad_files_are_counted_skips_named_by_file(
+        run_dir, corpus, tmp_path, capsys):  # noqa: F811
+    """Item 12: one dangling symlink or a directory named *.wav aborted the run; item 4: a decode
+    failure was named "row 2", only the first one, with Python source lines."""
+    d = _files(corpus, tmp_path)
+    os.symlink(d / "gone.flac", d / "dangling.wav")
+    (d / "folder.wav").mkdir()
+    (d / "bad1.wav").write_bytes(b"RIFF not really a wave file")
+    (d / "bad2.flac").write_bytes(b"\x00" * 64)
+    out = tmp_path / "e.parquet"
+    assert birdjepa.models.embed_cli.main([str(run_dir), str(d), "--out", str(out), "--window_s",
+                                str(WINDOW)]) == 0
+    lines = [ln for ln in capsys.readouterr().err.replace("\r", "\n").splitlines() if ln]
+    warns = [ln for ln in lines if ln.startswith("warning:")]
+    assert len(warns) == 2, lines
+    assert "SOURCE: skipped 2 entries that are not regular files" in warns[0]
+    assert f"{d / 'dangling.wav'}" in warns[0]
+    assert "skipped 2 of 6 recording(s) that failed to decode" in warns[1]
+    assert f"{d / 'bad1.wav'}: " in warns[1] and f"{d / 'bad2.flac'}: " in warns[1]
+    assert not [ln for ln in lines if ln.startswith(" ")]  # no Python source lines
+    got = set(pq.read_table(out).column("file").to_pylist())
+    assert got == {str(p) for p in d.glob("rec*")}
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    cfg = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(
+        width=32, depth=1, n_heads=2, n_registers=1, patch=(32, 32), pool="mean"))
+    return birdjepa.model.ViT(cfg, n_frames=512, n_mels=128, key=jax.random.key(0))
+
+
+def test_bucket_shapes_are_few_and_small_jobs_are_not_padded_to_batch_size():
+    assert [inference.bucket(n, 64, set()) for n in (1, 2, 3, 6, 8, 9, 33, 64)] == [
+        1, 2, 4, 8, 8, 16, 64, 64]
+    assert inference.bucket(24, 64, {64}) == 64  # a tail after full batches: no new compile
+    assert inference.bucket(5, 64, {8, 64}) == 8
+    shapes = {inference.bucket(n, 64, set()) for n in range(1, 65)}
+    assert shapes == {1, 2, 4, 8, 16, 32, 64}  # log2(64) + 1 shapes at most
+
+
+def test_a_small_job_compiles_one_small_shape_and_equals_the_full_batch(encoder):
+    x = np.random.default_rng(0).normal(size=(6, 512, 128)).astype(np.float32)
+    batch = [(x, np.arange(6), np.zeros(6))]
+    seen = []
+    small = inference.encode(encoder, iter(batch), ("mean",), batch_size=64,
+                             progress=lambda rows, c: seen.append((len(rows), c)))
+    assert len(seen) == 1 and seen[0][0] == 6 and seen[0][1] > 0  # the compile is timed
+    xp = np.pad(x, ((0, 58), (0, 0), (0, 0)))  # the old behaviour: padded to 64
+    full = inference.encode(encoder, iter([(xp, np.arange(64), np.zeros(64))]), ("mean",),
+                            batch_size=64)
+    # Same windows through the same weights, only the batch shape differs: XLA may order
+    # reductions differently per shape, so equal to float32 rounding, not bitwise.
+    np.testing.assert_allclose(small["mean"], full["mean"][:6], rtol=1e-5, atol=1e-6)
+
+
+def test_windows_are_regrouped_into_full_batches_only_the_last_short(encoder, tmp_path):
+    paths = []
+    for i in range(5):  # 5 recordings x 3 windows of 1 s
+        p = tmp_path / f"r{i}.wav"
+        soundfile.write(p, np.random.default_rng(i).normal(0, 0.1, 3 * SR).astype(np.float32),
+                        SR)
+        paths.append(str(p))
+    w = inference.Windows(window_s=1.0)
+    durations = {}
+    sizes = [len(x) for x, _, _ in inference.features(paths, w, batch_size=4, n_workers=2,
+                                                      durations=durations)]
+    assert sizes == [4, 4, 4, 3]
+    assert durations == {i: 3.0 for i in range(5)}
+
+
+def test_progress_rate_leaves_compile_time_out():
+    """Item 2: the bar showed rates such as "804901 windows/s" (first batch, before any work)."""
+    bar = recordings.Progress(2, enabled=True)
+    bar.t0 -= 10.0  # 10 s ago, 8 of them compiling: 30 windows in 2 s of encoding
+    bar(np.zeros(30, np.int64), 8.0)
+    rate = float(bar.bar.desc.split("(")[1].split("/s")[0])
+    assert 14.0 < rate <= 15.0, bar.bar.desc  # not 30 / 10 s = 3, nor 30 / 0 s
+    assert "compile 8.0 s" in bar.bar.desc
+    bar.close()
+
+
+def _read_raven(path) -> list[dict]:
+    lines = path.read_text().splitlines()
+    header = lines[0].split("\t")
+    assert all(len(ln.split("\t")) == len(header) for ln in lines[1:])
+    return [dict(zip(header, ln.split("\t"), strict=True)) for ln in lines[1:]]
+
+
+def test_raven_selection_tables_read_back(run_dir, corpus, tmp_path):  # noqa: F811
+    """Item 4: a combined table (--out) and one table per recording (--out_dir), read back as
+    Raven reads them (tab-separated, one header line) and equal to the CSV detections."""
+    common = [str(run_dir), str(corpus / "files"), "--window_s", str(WINDOW), "--top_k", "2",
+              "--min_conf", "0.0", "--quiet"]
+    assert birdjepa.models.detect.main([*common, "--out", str(tmp_path / "d.csv")]) == 0
+    assert birdjepa.models.detect.main([*common, "--format", "raven", "--out",
+                                  str(tmp_path / "all.txt")]) == 0
+    assert birdjepa.models.detect.main([*common, "--format", "raven", "--out_dir",
+                                  str(tmp_path / "tables")]) == 0
+    ref = pyarrow.csv.read_csv(tmp_path / "d.csv").to_pylist()
+    rows = _read_raven(tmp_path / "all.txt")
+    assert list(rows[0]) == ["Selection", "View", "Channel", "Begin Time (s)", "End Time (s)",
+                             "Low Freq (Hz)", "High Freq (Hz)", "Species", "Confidence",
+                             "Class Index", "Begin Path", "File Offset (s)"]
+    assert [int(r["Selection"]) for r in rows] == list(range(1, len(ref) + 1))
+    assert {r["View"] for r in rows} == {"Spectrogram 1"} and {r["Channel"] for r in rows} == {"1"}
+    assert {(float(r["Low Freq (Hz)"]), float(r["High Freq (Hz)"])) for r in rows} == {
+        (20.0, 16000.0)}  # the fbank's band at the model's 32 kHz
+    key = lambda r: (r["file"], round(r["start_s"], 6), str(r["class"]))  # noqa: E731
+    want = {key(r): r for r in ref}
+    for r in rows:
+        assert os.path.isabs(r["Begin Path"]) and os.path.isfile(r["Begin Path"])
+        d = want[(r["Begin Path"], round(float(r["Begin Time (s)"]), 6), r["Species"])]
+        assert float(r["File Offset (s)"]) == float(r["Begin Time (s)"])
+        assert abs(float(r["End Time (s)"]) - d["end_s"]) < 1e-6
+        assert float(r["End Time (s)"]) <= d["duration_s"] + 1e-6  # within the recording
+        assert abs(float(r["Confidence"]) - d["confidence"]) < 1e-6
+    tables = sorted((tmp_path / "tables").iterdir())
+    files = sorted(str(p) for p in (corpus / "files").rglob("rec*"))
+    assert [p.name for p in tables] == sorted(
+        f"{os.path.basename(f).rsplit('.', 1)[0]}.selections.txt" for f in files)
+    per = [r for p in tables for r in _read_raven(p)]
+    assert len(per) == len(ref) and "Begin Path" not in per[0]
+    assert int(_read_raven(tables[0])[0]["Selection"]) == 1  # numbered per table
+
+
+def test_raven_needs_audio_files_and_one_output(run_dir, corpus, tmp_path, capsys):  # noqa: F811
+    base = [str(run_dir), "--format", "raven", "--quiet"]
+    assert birdjepa.models.detect.main([*base, str(corpus / "shards"), "--out",
+                                  str(tmp_path / "a.txt")]) == 2
+    assert "--format raven: expected audio files as SOURCE" in capsys.readouterr().err
+    assert birdjepa.models.detect.main([*base, str(corpus / "files"), "--out",
+                                  str(tmp_path / "a.csv")]) == 2
+    assert "--out: expected a .txt file" in capsys.readouterr().err
+    assert birdjepa.models.detect.main([str(run_dir), str(corpus / "files"), "--out_dir",
+                                  str(tmp_path / "t")]) == 2
+    assert "--out: expected one output" in capsys.readouterr().err
+
+
+def test_predict_in_python_returns_the_rows_the_cli_writes(run_dir, corpus, tmp_path):  # noqa: F811
+    """Item 11: `birdjepa.predict(model, source)` and `load_encoder(..., with_head=True)`."""
+    rows = birdjepa.models.detect.predict(run_dir, corpus / "files", window_s=WINDOW, top_k=2,
+                                          min_conf=0.0)
+    assert birdjepa.models.detect.main([str(run_dir), str(corpus / "files"), "--out",
+                                  str(tmp_path / "d.parquet"), "--window_s", str(WINDOW),
+                                  "--top_k", "2", "--min_conf", "0.0", "--quiet"]) == 0
+    assert pq.read_table(tmp_path / "d.parquet").equals(pyarrow.table(rows))
+    assert callable(birdjepa.predict)  # the module, made callable like birdjepa.embed
+    with pytest.raises(ValueError, match="--top_k: expected an integer >= 1, got 0"):
+        birdjepa.predict(run_dir, corpus / "files", top_k=0)
+    enc, cfg, head, classes = birdjepa.models.load_encoder(run_dir, with_head=True)
+    m = birdjepa.models.open_model(run_dir)
+    assert classes == m.classes == ["0", "1", "2", "3"] and cfg.objective.name == "supervised"
+    np.testing.assert_array_equal(np.asarray(head.w), np.asarray(m.head.w))
+    assert enc.cfg == m.encoder.cfg

@@ -1,0 +1,93 @@
+"""Issue 29 item 7: a report a paper can take: test sets named by their BirdSet config (or
+`test_name`), results.md saying what each encoder and test set is, a readable results.png, and a
+model card that never shows training-split figures under "Evaluation"."""
+
+import numpy as np
+import pytest
+
+import birdjepa.evaluate.config as config
+import birdjepa.evaluate.metrics as metrics
+import birdjepa.evaluate.report as report
+import birdjepa.models.card as card
+
+
+@pytest.mark.parametrize("shards, name", [
+    ("/c/huggingface/datasets/DBD-research-group___birdset/HSN/0.0.4/abc123:test_5s", "HSN"),
+    ("/data/birdset/PER/0.0.4/f00d", "PER"),
+    ("data/demo/soundscape", "soundscape"),
+    ("/d/mysite/abc123:test_5s", "abc123:test_5s"),
+])
+def test_a_test_set_is_named_by_its_birdset_config_or_directory(shards, name):
+    assert config.test_sets(config.EvalConfig(test_shards=shards))[0].name == name
+
+
+def test_test_name_and_test_sets_names_win():
+    hsn = "/x/birdset/HSN/0.0.4/abc:test_5s"
+    assert config.test_sets(config.EvalConfig(test_shards=hsn, test_name="site A"))[0].name == \
+        "site A"
+    cfg = config.EvalConfig(test_sets=(config.TestSet("B", hsn),))
+    assert [t.name for t in config.test_sets(cfg)] == ["B"]
+
+
+def _rows(encs=("lejepa-1", "supervised", "random"), probes=("linear", "knn"),
+          ks=("1", "5", "all"), seeds=(0, 1, 2, 3, 4)):
+    rng = np.random.default_rng(0)
+    rows = []
+    for e_i, e in enumerate(encs):
+        for p in probes:
+            for k in ks:
+                for m in metrics.METRICS:
+                    mean = 0.3 + 0.15 * e_i + 0.05 * ks.index(k) + 0.02 * rng.random()
+                    for s in seeds:
+                        rows.append({"test_set": "HSN", "encoder": e, "probe": p, "k": k,
+                                     "seed": s, "metric": m, "value": mean, "mean": mean,
+                                     "sd": 0.01, "lo": mean - 0.03, "hi": mean + 0.03,
+                                     "encoder_step": 1000 * e_i - 1,
+                                     "encoder_run_dir": f"/runs/{e}", "n_segments": 1200,
+                                     "n_labelled": 800, "n_classes": 21,
+                                     "n_classes_scored": 19, "n_classes_cmap5": 12})
+    return rows
+
+
+def test_results_md_says_objective_steps_seeds_segments_and_classes():
+    md = report.provenance(_rows(), {"lejepa-1": "lejepa", "supervised": "supervised"})
+    assert "| encoder | objective | steps | source |" in md
+    assert "| lejepa-1 | lejepa | - | /runs/lejepa-1 |" in md  # step -1: no checkpoint step
+    assert "| supervised | supervised | 999 | /runs/supervised |" in md
+    assert "| random | - | 1999 |" in md
+    assert "| HSN | 5 (0, 1, 2, 3, 4) | 1, 5, all | 1200 | 800 | 21 | 19 | 12 |" in md
+
+
+def test_results_png_one_panel_per_metric_and_a_legend_below(tmp_path):
+    """Looked at (docs/issues/018-daily-workflow/results.png): 5 panels 3 across, encoders by
+    colour, probes by marker and line, the legend under the panels."""
+    import matplotlib.image
+
+    path = tmp_path / "results.png"
+    report.plot(_rows(), path)
+    img = matplotlib.image.imread(path)
+    h, w = img.shape[:2]
+    assert (w, h) == (1260, 740)  # 3 x 4.2 in wide, 2 x 3.3 in + 0.8 in of legend, 100 dpi
+    assert 1.0 < w / h < 2.5  # not a 2100 x 360 strip
+    bottom = img[-40:, :, :3]  # the legend's rows: drawn in colour, below every panel
+    assert (np.abs(bottom - 1.0) > 0.1).any()
+
+
+def test_card_evaluation_is_held_out_only():
+    meta = {"model": {"width": 8, "depth": 1, "n_heads": 2, "patch": [16, 16], "pos": "sincos",
+                      "pool": "mean"},
+            "audio": {"n_frames": 512, "n_mels": 128, "sample_rate": 32000, "window_s": 5.0,
+                      "mean": -4.0, "std": 4.0},
+            "head": {"kind": "supervised", "classes": ["a"]}, "step": 10,
+            "config": {"data": {"train_shards": "tr", "eval_shards": "ev"}},
+            "summary": {"train_acc": 0.99, "eval_head_acc": 0.41}}
+    text = card.render(meta)
+    evaluation = text.split("## Evaluation")[1].split("## ")[0]
+    training = text.split("## Training-split figures (not held-out)")[1].split("## ")[0]
+    assert "eval_head_acc | 0.41" in evaluation and "train_acc" not in evaluation
+    assert "train_acc | 0.99" in training
+    meta["config"]["data"]["eval_shards"] = "tr"  # "eval" on the training shards
+    text = card.render(meta)
+    evaluation = text.split("## Evaluation")[1].split("## ")[0]
+    assert "No held-out evaluation was recorded" in evaluation
+    assert "eval_head_acc | 0.41" in text.split("## Training-split figures")[1]
