@@ -31,6 +31,15 @@ pub enum Error {
              Dataset) once the file is complete"
     )]
     ShardChanged { path: String, detail: String },
+    /// The audio file a path-only row names cannot be used: not a regular file (a FIFO, a
+    /// device, a directory), above `max_audio_mb`, or its content changed since this run first
+    /// read it. The sample is skipped (counted by `kind`).
+    #[error("{path}: {detail}")]
+    AudioFile {
+        path: String,
+        kind: &'static str,
+        detail: String,
+    },
     /// Too many of the recent samples failed (see `LoaderConfig::max_failure_fraction`).
     #[error("too many failed samples: {detail}")]
     TooManyFailures { detail: String },
@@ -77,6 +86,7 @@ impl Error {
             Error::BadArgument { .. } => "bad argument",
             Error::Dataset { .. } => "unreadable row",
             Error::ShardChanged { .. } => "shard changed",
+            Error::AudioFile { kind, .. } => kind,
             Error::TooManyFailures { .. } => "too many failures",
             Error::StateMismatch { .. } => "state mismatch",
             Error::Pipeline { .. } => "pipeline",
