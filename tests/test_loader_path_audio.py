@@ -176,3 +176,39 @@ def test_one_bad_event_row_fails_alone_and_is_named(tmp_path):
         run(spec, 40, batch_size=20, crop="events", failure_window=4, max_failure_fraction=0.0)
     named = e.value.args[0].split("e.g. ")[1].split("; first:")[0]
     assert set(named.split(", ")) == {f"{spec} row 150"}, e.value
+
+
+@pytest.mark.timeout(280)
+def test_training_on_a_fifo_and_dev_zero_runs_and_stops_on_sigterm(tmp_path):
+    """Item 10: training on path-only rows naming a FIFO or /dev/zero used to hang (and then
+    ignore SIGTERM) or eat all memory; now it trains on the other rows and SIGTERM stops it at
+    a step boundary with the preemption exit code."""
+    import signal
+
+    import resume_helpers as h
+
+    corpus = h.write_corpus(tmp_path / "corpus")
+    (shard,) = birdjepa.data.resolve_shards(str(corpus))[:1]
+    with pa.memory_map(shard) as f:
+        t = pa.ipc.open_stream(f).read_all()
+    os.mkfifo(tmp_path / "pipe.wav")
+    paths = []
+    for i, a in enumerate(t.column("audio").to_pylist()):
+        p = tmp_path / f"{i:03d}.wav"
+        p.write_bytes(a["bytes"])
+        paths.append({1: str(tmp_path / "pipe.wav"), 4: "/dev/zero"}.get(i, str(p)))
+    audio = pa.array([{"bytes": None, "path": p} for p in paths], type=t.schema.field("audio").type)
+    data = tmp_path / "data"
+    data.mkdir()
+    loader_shards.write(data / "data.arrow", t.set_column(t.schema.get_field_index("audio"),
+                                                          t.schema.field("audio"), audio))
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(h.tiny_toml(data, n_steps=1000, ckpt_every=1000).replace(
+        "[data]", "[data]\nmax_failure_fraction = 0.5"))
+    proc = h.Proc(cfg, tmp_path / "run")
+    assert proc.wait_step(2, timeout=200), proc.text()
+    t0 = time.monotonic()
+    proc.signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    assert rc == 75 and time.monotonic() - t0 < 60, (rc, proc.text())
+    assert "pipe.wav" in proc.text() or "/dev/zero" in proc.text(), proc.text()
