@@ -23,9 +23,9 @@ pub enum Error {
     /// A dataset shard is unreadable or lacks what we need; names the file (and column).
     #[error("{path}: {detail}")]
     Dataset { path: String, detail: String },
-    /// A shard (or an audio file a path-only row names) changed (truncated, overwritten) after
-    /// it was opened or first read: the loader stops, since the stream was defined over the old
-    /// contents.
+    /// A shard changed (truncated, overwritten) after it was opened: the loader stops, since the
+    /// stream was defined over the old contents. (A path-only row's own audio file that changes
+    /// is an [`Error::AudioFile`], a skipped sample.)
     #[error(
         "{path}: the file changed under the loader ({detail}); re-create the Loader (or the \
              Dataset) once the file is complete"
