@@ -133,7 +133,8 @@ def test_a_missing_file_is_one_warning_and_a_counted_skip(bs, tmp_path):
     assert valid.tolist() == [True, True, False, True, True, False, True, True]
 
 
-def test_a_file_rewritten_mid_run_stops_the_loader(bs, tmp_path):
+def test_a_file_rewritten_mid_run_is_a_counted_skip(bs, tmp_path):
+    """Issue 30 item 16: a content change is one warning and a skipped row, never a stop."""
     rows = rows_of(bs["train"])
     audio = tmp_path / "audio"
     audio.mkdir()
@@ -142,14 +143,19 @@ def test_a_file_rewritten_mid_run_stops_the_loader(bs, tmp_path):
     spec = write_rows(tmp_path / "ds" / "data.arrow", [
         {**r, "audio": {"bytes": None, "path": str(audio / os.path.basename(r["filepath"]))}}
         for r in rows])
-    with birdjepa.data.Loader(spec, batch_size=8, label_column="ebird_code", n_workers=1,
-                              prefetch=1) as loader:
-        next(loader)  # every file read once
-        victim = audio / os.path.basename(rows[1]["filepath"])
-        victim.write_bytes(victim.read_bytes() + b"\0" * 64)
-        with pytest.raises(birdjepa.DatasetError, match=r"XC100001.ogg: the file changed"):
-            for _ in range(4):
-                next(loader)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with birdjepa.data.Loader(spec, batch_size=8, label_column="ebird_code", n_workers=1,
+                                  prefetch=1) as loader:
+            next(loader)  # every file read once
+            victim = audio / os.path.basename(rows[1]["filepath"])
+            victim.write_bytes(victim.read_bytes() + b"\0" * 64)
+            later = [next(loader) for _ in range(5)]
+            stats = loader.stats()
+    changed = [str(x.message) for x in w if "audio file changed" in str(x.message)]
+    assert len(changed) == 1 and "XC100001.ogg: its content changed" in changed[0], changed
+    assert set(stats["failures_by_kind"]) == {"audio file changed"}
+    assert 1 not in np.concatenate([b["index"] for b in later[3:]])
 
 
 def overlaps(start, clip, events):

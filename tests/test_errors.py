@@ -29,6 +29,7 @@ def test_core_variants_map_to_their_class():
         "BadArgument": birdjepa.BadArgumentError,
         "Dataset": birdjepa.DatasetError,
         "ShardChanged": birdjepa.DatasetError,
+        "AudioFile": birdjepa.DatasetError,
         "TooManyFailures": birdjepa.TooManyFailuresError,
         "StateMismatch": birdjepa.StateMismatchError,
         "Pipeline": birdjepa.LoaderError,

@@ -6,6 +6,7 @@ import json
 
 import loader_shards
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import birdjepa
@@ -42,6 +43,8 @@ BAD = [
     dict(n_local=2, view_window_s=6.0, local_s=5.5),
     dict(n_local=2, view_window_s=6.0, local_s=0.0),
     dict(n_local=2, view_window_s=6.0, local_frames=0),
+    dict(n_local=1, view_window_s=6.0, local_s=0.5, local_frames=192),  # 48 real frames
+    dict(max_audio_mb=0.0), dict(max_audio_mb=-5.0),
     dict(crop="event"), dict(segment="center"),
 ]
 
@@ -87,7 +90,7 @@ def test_shaping_settings_are_the_config_keys():
     # Where the audio files are (audio_root, path_map) does not shape the stream: a cache moved
     # to scratch resumes. The settings added since (at their defaults) are left out.
     assert speed == {"n_workers", "prefetch", "max_failure_fraction", "failure_window",
-                     "audio_root", "path_map", "view_window_s", "n_local", "local_s",
+                     "audio_root", "path_map", "max_audio_mb", "view_window_s", "n_local", "local_s",
                      "local_frames", "crop", "events_column", "segment", "segment_start_column",
                      "segment_end_column"}
     local = LoaderConfig(view_window_s=6.0, n_local=2).shaping_values()
@@ -125,3 +128,33 @@ def test_debug_transform_is_test_only(tmp_path):
     with pytest.raises(birdjepa.BadArgumentError, match="test-only"):
         birdjepa.data.Loader(str(tmp_path), batch_size=4, config=LoaderConfig(),
                              transform="debug")
+
+
+def test_the_loader_api_applies_the_configs_bounds(tmp_path):
+    """Issue 30 item 14: `Loader(..., n_classes=2**40)` aborted the process (rc 134, a failed
+    35 TB allocation), and a local crop zero-padded at the API level (48 of 192 frames real)
+    where a training config refuses it."""
+    path = loader_shards.write(str(tmp_path / "s.arrow"), loader_shards.table(range(8)))
+    kw = dict(batch_size=4, transform="debug", n_workers=1, clip_s=0.1, n_frames=8)
+    with pytest.raises(birdjepa.BadArgumentError, match=r"^bad argument n_classes: expected at "
+                       r"most \d+ \(the multi-hot targets of 5 batches of 4 rows in flight "
+                       r"take 81920\.000 GiB at this value; half this machine's memory is "
+                       r"[\d.]+ GiB\), got 1099511627776$"):
+        birdjepa.data._DebugLoader([path], n_classes=2**40, **kw)
+    multi = loader_shards.write(str(tmp_path / "m.arrow"), loader_shards.table(
+        range(8), labels=lambda i: [i % 3], label_type=pa.list_(pa.int64())))
+    with pytest.raises(birdjepa.BadArgumentError, match=r"^bad argument n_classes: expected at "
+                       r"most \d+ \(.*; half this machine's memory is .* GiB\), got "
+                       r"1099511627776$"):
+        birdjepa.data._DebugLoader([multi], n_classes=2**40, **kw)
+    with birdjepa.data._DebugLoader([multi], n_classes=3, **kw) as loader:  # a sane one runs
+        assert next(loader)["target"].shape == (4, 3)
+    local = dict(view_window_s=6.0, clip_s=5.0, n_frames=64, n_local=1, local_s=0.5)
+    with pytest.raises(birdjepa.BadArgumentError, match=r"^bad argument local_frames: expected "
+                       r"at most 48 \(the frames of a local_s=0\.5 s crop; more would be "
+                       r"zero-padding; leave it unset to derive it\), got 192$"):
+        birdjepa.data._DebugLoader([path], batch_size=4, transform="debug", n_workers=1,
+                                   local_frames=192, **local)
+    with birdjepa.data._DebugLoader([path], batch_size=4, transform="debug", n_workers=1,
+                                    **local) as loader:  # unset: derived, never padded
+        assert next(loader)["local"].shape == (1, 4, 48, 128)

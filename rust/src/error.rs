@@ -23,14 +23,23 @@ pub enum Error {
     /// A dataset shard is unreadable or lacks what we need; names the file (and column).
     #[error("{path}: {detail}")]
     Dataset { path: String, detail: String },
-    /// A shard (or an audio file a path-only row names) changed (truncated, overwritten) after
-    /// it was opened or first read: the loader stops, since the stream was defined over the old
-    /// contents.
+    /// A shard changed (truncated, overwritten) after it was opened: the loader stops, since the
+    /// stream was defined over the old contents. (A path-only row's own audio file that changes
+    /// is an [`Error::AudioFile`], a skipped sample.)
     #[error(
         "{path}: the file changed under the loader ({detail}); re-create the Loader (or the \
              Dataset) once the file is complete"
     )]
     ShardChanged { path: String, detail: String },
+    /// The audio file a path-only row names cannot be used: not a regular file (a FIFO, a
+    /// device, a directory), above `max_audio_mb`, or its content changed since this run first
+    /// read it. The sample is skipped (counted by `kind`).
+    #[error("{path}: {detail}")]
+    AudioFile {
+        path: String,
+        kind: &'static str,
+        detail: String,
+    },
     /// Too many of the recent samples failed (see `LoaderConfig::max_failure_fraction`).
     #[error("too many failed samples: {detail}")]
     TooManyFailures { detail: String },
@@ -77,6 +86,7 @@ impl Error {
             Error::BadArgument { .. } => "bad argument",
             Error::Dataset { .. } => "unreadable row",
             Error::ShardChanged { .. } => "shard changed",
+            Error::AudioFile { kind, .. } => kind,
             Error::TooManyFailures { .. } => "too many failures",
             Error::StateMismatch { .. } => "state mismatch",
             Error::Pipeline { .. } => "pipeline",

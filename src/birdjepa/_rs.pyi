@@ -71,6 +71,12 @@ class Dataset:
         """{"min": (label, path, row) | None, "max": ..., "nulls": n}; None without labels."""
     def labels(self) -> npt.NDArray[np.int64]: ...
     def shard_ids(self) -> npt.NDArray[np.int32]: ...
+    def check_paths(
+        self, n: int
+    ) -> tuple[int, int, tuple[int, str, str] | None, int, tuple[int, str] | None]:
+        """Path-only audio of n rows spread evenly: (checked, missing, (row, stored, resolved)
+        of the first missing, unusable (not a regular file, or above max_audio_mb), (row, why)
+        of the first unusable)."""
 
 class Loader:
     """The running Rust pipeline; yields this process's slice of each global batch."""

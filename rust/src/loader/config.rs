@@ -81,6 +81,8 @@ pub struct LoaderConfig {
     pub audio_root: String,
     /// Stored audio path prefix -> local prefix (the longest matching prefix wins); None: none.
     pub path_map: Option<BTreeMap<String, String>>,
+    /// Path-only audio files above this many MB (10^6 bytes) are skipped, counted, unread.
+    pub max_audio_mb: f64,
     /// The first global step to produce (the loader state, not a setting).
     #[serde(skip)]
     pub start_step: u64,
@@ -127,10 +129,23 @@ impl Default for LoaderConfig {
             segment_end_column: "end_time".into(),
             audio_root: String::new(),
             path_map: None,
+            max_audio_mb: 1024.0,
             start_step: 0,
             in_flight: 0,
         }
     }
+}
+
+/// Bytes of RAM of this machine.
+pub fn physical_memory() -> u64 {
+    // SAFETY: plain sysconf queries.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages.max(0) as u64).saturating_mul(size.max(0) as u64)
 }
 
 /// The audio transform's frame length and shift (Kaldi's defaults, `FbankConfig::default()`).
@@ -241,13 +256,58 @@ impl LoaderConfig {
                 ));
             }
             at_least("local_frames", self.local_frames as u64, 1)?;
+            let real = self.local_crop_frames();
+            if self.local_frames > real {
+                return Err(Error::bad_argument(
+                    "local_frames",
+                    format!(
+                        "at most {real} (the frames of a local_s={} s crop; more would be \
+                         zero-padding; leave it unset to derive it)",
+                        self.local_s
+                    ),
+                    self.local_frames,
+                ));
+            }
+        }
+        if !(self.max_audio_mb.is_finite() && self.max_audio_mb > 0.0) {
+            return Err(Error::bad_argument(
+                "max_audio_mb",
+                "a finite number of MB > 0",
+                self.max_audio_mb,
+            ));
         }
         if !self.mean.is_finite() {
             return Err(Error::bad_argument("mean", "a finite value", self.mean));
         }
+        self.check_n_classes(physical_memory())?;
         one_of("crop", &self.crop, &["random", "events"])?;
         one_of("segment", &self.segment, &["centre", "columns"])?;
         Ok(())
+    }
+
+    /// `n_classes` bounded by the memory it implies: the multi-hot targets of the batches alive
+    /// at once (`prefetch` queued, one assembled, one handed over, the caller's) must fit in half
+    /// of `ram` bytes. Without it a huge n_classes aborts the process in a failed allocation.
+    pub fn check_n_classes(&self, ram: u64) -> Result<()> {
+        let batches = self.prefetch as u128 + 3;
+        let per_class = 4 * self.local_batch() as u128 * batches;
+        let half = ram as u128 / 2;
+        if self.n_classes as u128 * per_class <= half {
+            return Ok(());
+        }
+        let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
+        Err(Error::bad_argument(
+            "n_classes",
+            format!(
+                "at most {} (the multi-hot targets of {batches} batches of {} rows in flight take \
+                 {:.3} GiB at this value; half this machine's memory is {:.3} GiB)",
+                half / per_class.max(1),
+                self.local_batch(),
+                gib(self.n_classes as u128 * per_class),
+                gib(half)
+            ),
+            self.n_classes,
+        ))
     }
 
     /// Parse the JSON of `birdjepa.data.LoaderConfig` (missing fields take their defaults).
@@ -304,5 +364,64 @@ impl LoaderConfig {
     /// Number of global batches of one eval pass.
     pub fn eval_batches(&self, n_rows: u64) -> u64 {
         n_rows.div_ceil(self.batch_size as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn n_classes_is_bounded_by_the_memory_it_implies() {
+        let c = LoaderConfig {
+            batch_size: 8,
+            prefetch: 2,
+            n_classes: 1 << 40,
+            ..Default::default()
+        };
+        // 4 bytes x 8 rows x 5 batches = 160 bytes per class; 16 GiB of RAM: 8 GiB usable.
+        let e = c.check_n_classes(16 << 30).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "bad argument n_classes: expected at most 53687091 (the multi-hot \
+                           targets of 5 batches of 8 rows in flight take 163840.000 GiB"
+            ) && e.ends_with("half this machine's memory is 8.000 GiB), got 1099511627776"),
+            "{e}"
+        );
+        let ok = LoaderConfig {
+            n_classes: 53_687_091,
+            ..c.clone()
+        };
+        assert!(ok.check_n_classes(16 << 30).is_ok());
+        assert!(c.validate(10).is_err() && physical_memory() > 0);
+    }
+
+    #[test]
+    fn local_crops_never_zero_pad_and_max_audio_mb_is_positive() {
+        let local = |local_s: f64, local_frames: usize| LoaderConfig {
+            view_window_s: 6.0,
+            n_local: 1,
+            local_s,
+            local_frames,
+            ..Default::default()
+        };
+        assert!(local(0.5, 48).validate(10).is_ok());
+        let e = local(0.5, 192).validate(10).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "bad argument local_frames: expected at most 48 (the frames of a local_s=0.5 s crop; \
+             more would be zero-padding; leave it unset to derive it), got 192"
+        );
+        for mb in [0.0, -1.0, f64::NAN] {
+            let c = LoaderConfig {
+                max_audio_mb: mb,
+                ..Default::default()
+            };
+            assert!(c
+                .validate(10)
+                .unwrap_err()
+                .to_string()
+                .contains("max_audio_mb"));
+        }
     }
 }

@@ -540,7 +540,7 @@ mod tests {
             view_window_s: 0.2,
             n_local: 2,
             local_s: 0.05,
-            local_frames: 4,
+            local_frames: 3,
             ..cfg(Mode::Train)
         };
         let no_window = e(LoaderConfig {
@@ -571,7 +571,7 @@ mod tests {
         let (a, b) = (take(&ds, plain, 2), take(&ds, base, 2));
         for (x, y) in a.iter().zip(&b) {
             assert_eq!((&x.data, &x.start_s), (&y.data, &y.start_s));
-            assert!(x.local.is_empty() && y.local.len() == 2 * 16 * 4 * 4);
+            assert!(x.local.is_empty() && y.local.len() == 2 * 16 * 3 * 4);
         }
     }
 
@@ -694,14 +694,14 @@ mod tests {
     fn window_views_are_frame_slices_of_one_transform_call() {
         let ds = dataset("pipe-window", &[]);
         let (window, clip) = (20, 8); // debug frames of 0.215 s and of 0.1 s
-                                      // Plus 2 local crops of 0.045 s (3 frames) placed in 4-frame rows (one padding row).
+                                      // Plus 2 local crops of 0.045 s (3 frames; more rows would be padding).
         let c = LoaderConfig {
             n_views: 3,
             clip_s: 0.1,
             view_window_s: 0.215,
             n_local: 2,
             local_s: 0.045,
-            local_frames: 4,
+            local_frames: 3,
             ..cfg(Mode::Train)
         };
         assert_eq!((c.debug_frames(), c.clip_frames()), (window, clip));
@@ -734,12 +734,11 @@ mod tests {
             for l in 0..2u64 {
                 let frac = crate::order::crop_fraction(7, 0, index as u64, 3 + l);
                 let off = (frac * 17.0).round() as usize;
-                let got = &b.local[(l as usize * 16 + j) * 16..][..16];
-                let mut want: Vec<f32> = w.data[off * 4..][..12]
+                let got = &b.local[(l as usize * 16 + j) * 12..][..12];
+                let want: Vec<f32> = w.data[off * 4..][..12]
                     .iter()
                     .map(|x| (x - c.mean) * (1.0 / (2.0 * c.std)))
                     .collect();
-                want.extend([0.0; 4]);
                 assert_eq!(got, &want[..], "sample {index} local {l}");
                 let start = b.local_start_s[l as usize * 16 + j];
                 assert!((start - (u + off as f64 * 0.01)).abs() < 1e-12, "{start}");

@@ -95,12 +95,19 @@ impl PyDataset {
         Ok(Some(d))
     }
 
-    /// Whether the audio files of `n` rows spread evenly over the dataset exist: (rows whose
-    /// audio is a path, missing files, (row, stored path, resolved path) of the first missing
-    /// one or None). Rows with embedded bytes are not counted.
+    /// Whether the audio files of `n` rows spread evenly over the dataset can be read: (rows
+    /// whose audio is a path, missing files, (row, stored path, resolved path) of the first
+    /// missing one or None, files that are not regular files or above max_audio_mb, (row, why)
+    /// of the first of those or None). Rows with embedded bytes are not counted.
     fn check_paths(&self, py: Python<'_>, n: u64) -> PyResult<PathCheckTuple> {
         let c = py.detach(|| self.inner.check_paths(n)).map_err(to_py)?;
-        Ok((c.checked, c.missing, c.example))
+        Ok((
+            c.checked,
+            c.missing,
+            c.example,
+            c.unusable,
+            c.unusable_example,
+        ))
     }
 
     /// Every row's shard number (int32).
@@ -109,8 +116,15 @@ impl PyDataset {
     }
 }
 
-/// (rows checked, missing, (row, stored path, resolved path) of the first missing file).
-type PathCheckTuple = (usize, usize, Option<(u64, String, String)>);
+/// (rows checked, missing, (row, stored path, resolved path) of the first missing file,
+/// unusable, (row, why) of the first unusable file).
+type PathCheckTuple = (
+    usize,
+    usize,
+    Option<(u64, String, String)>,
+    usize,
+    Option<(u64, String)>,
+);
 
 /// A failed sample as (index, shard, row, error, kind).
 type FailureTuple = (u64, u32, u64, String, &'static str);

@@ -26,7 +26,9 @@ pub(crate) fn to_py(err: Error) -> PyErr {
             Error::CorruptData { .. } => &e.corrupt_audio,
             Error::EmptyAudio { .. } => &e.empty_audio,
             Error::BadArgument { .. } => &e.bad_argument,
-            Error::Dataset { .. } | Error::ShardChanged { .. } => &e.dataset,
+            Error::Dataset { .. } | Error::ShardChanged { .. } | Error::AudioFile { .. } => {
+                &e.dataset
+            }
             Error::TooManyFailures { .. } => &e.too_many_failures,
             Error::StateMismatch { .. } => &e.state_mismatch,
             Error::Pipeline { .. } | Error::Thread { .. } => &e.loader,
@@ -59,6 +61,14 @@ fn _error_classes(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
             "ShardChanged",
             Error::ShardChanged {
                 path: "p".into(),
+                detail: "x".into(),
+            },
+        ),
+        (
+            "AudioFile",
+            Error::AudioFile {
+                path: "p".into(),
+                kind: "k",
                 detail: "x".into(),
             },
         ),

@@ -323,7 +323,7 @@ impl DecodedBatch {
             },
         };
         let events = match opts.events_column.as_deref() {
-            Some(e) => Some(RowEvents::read(path, e, column(e)?, first_row)?),
+            Some(e) => Some(RowEvents::read(path, e, column(e)?)?),
             None => None,
         };
         let segments = match &opts.segment_columns {

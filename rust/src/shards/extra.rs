@@ -162,27 +162,21 @@ pub(super) fn list_parts(a: &ArrayRef) -> Option<(Vec<usize>, ArrayRef)> {
     })
 }
 
-/// Each row's events, `events[offsets[r]..offsets[r + 1]]` as (start, end) seconds.
+/// Each row's events, `events[offsets[r]..offsets[r + 1]]` as (start, end) seconds, and the rows
+/// whose events are malformed (each fails alone when it is read: one bad row does not cost its
+/// record batch).
 pub(super) struct RowEvents {
     offsets: Vec<usize>,
     events: Vec<(f64, f64)>,
+    /// (row in the batch, why its events are malformed), ascending by row.
+    bad: Vec<(usize, String)>,
 }
 
 impl RowEvents {
-    /// Read a list<[start, end]> column (rows `first_row..` of the shard): a null list or a null
-    /// event is no event; an event that is not two finite numbers with start <= end is an error
-    /// naming its row.
-    pub(super) fn read(path: &Path, column: &str, a: &ArrayRef, first_row: u64) -> Result<Self> {
-        let bad = |r: usize, what: String| {
-            ds_err(
-                path,
-                format!(
-                    "row {}, column '{column}': expected [start, end] seconds with 0 <= start <= \
-                     end, got {what}",
-                    first_row + r as u64
-                ),
-            )
-        };
+    /// Read a list<[start, end]> column: a null list or a null event is no event; a row with an
+    /// event that is not two finite numbers with 0 <= start <= end is recorded as bad (see
+    /// [`RowEvents::row`]). A column that is not a list of lists is an error.
+    pub(super) fn read(path: &Path, column: &str, a: &ArrayRef) -> Result<Self> {
         let (outer, pairs) = list_parts(a)
             .ok_or_else(|| ds_err(path, format!("column '{column}': not a list column")))?;
         let (inner, values) = list_parts(&pairs)
@@ -191,21 +185,35 @@ impl RowEvents {
         let mut out = RowEvents {
             offsets: vec![0],
             events: Vec::new(),
+            bad: Vec::new(),
         };
         for r in 0..a.len() {
-            if !a.is_null(r) {
-                for e in outer[r]..outer[r + 1] {
-                    if pairs.is_null(e) {
-                        continue;
+            let kept = out.events.len();
+            let events = if a.is_null(r) {
+                outer[r]..outer[r]
+            } else {
+                outer[r]..outer[r + 1]
+            };
+            for e in events {
+                if pairs.is_null(e) {
+                    continue;
+                }
+                let v = &values[inner[e]..inner[e + 1]];
+                match v {
+                    [Some(s), Some(t)] if s.is_finite() && t.is_finite() && *s >= 0.0 && s <= t => {
+                        out.events.push((*s, *t))
                     }
-                    let v = &values[inner[e]..inner[e + 1]];
-                    match v {
-                        [Some(s), Some(t)]
-                            if s.is_finite() && t.is_finite() && *s >= 0.0 && s <= t =>
-                        {
-                            out.events.push((*s, *t))
-                        }
-                        _ => return Err(bad(r, format!("{v:?}"))),
+                    _ => {
+                        out.events.truncate(kept);
+                        out.bad.push((
+                            r,
+                            format!(
+                                "column '{column}': expected [start, end] seconds with 0 <= \
+                                 start <= end, got {v:?} (event {} of the row)",
+                                e - outer[r]
+                            ),
+                        ));
+                        break;
                     }
                 }
             }
@@ -214,7 +222,60 @@ impl RowEvents {
         Ok(out)
     }
 
-    pub(super) fn row(&self, r: usize) -> Vec<(f64, f64)> {
-        self.events[self.offsets[r]..self.offsets[r + 1]].to_vec()
+    /// Row `r`'s events, or why they are malformed (the column and the bad event; the caller
+    /// names the file and row).
+    pub(super) fn row(&self, r: usize) -> std::result::Result<Vec<(f64, f64)>, &str> {
+        match self.bad.binary_search_by_key(&r, |(row, _)| *row) {
+            Ok(i) => Err(&self.bad[i].1),
+            Err(_) => Ok(self.events[self.offsets[r]..self.offsets[r + 1]].to_vec()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::builder::{Float64Builder, ListBuilder};
+
+    /// A list<list<float64>> column of `rows` (None: a null list).
+    fn events_column(rows: &[Option<Vec<[f64; 2]>>]) -> ArrayRef {
+        let mut b = ListBuilder::new(ListBuilder::new(Float64Builder::new()));
+        for row in rows {
+            match row {
+                None => b.append(false),
+                Some(events) => {
+                    for [s, e] in events {
+                        b.values().values().append_value(*s);
+                        b.values().values().append_value(*e);
+                        b.values().append(true);
+                    }
+                    b.append(true);
+                }
+            }
+        }
+        std::sync::Arc::new(b.finish())
+    }
+
+    #[test]
+    fn one_bad_event_row_fails_alone_and_is_named() {
+        // Row 1 starts at -0.5 s, row 3 ends before it starts; their neighbours are fine.
+        let a = events_column(&[
+            Some(vec![[0.5, 1.0]]),
+            Some(vec![[1.0, 2.0], [-0.5, 1.0]]),
+            None,
+            Some(vec![[3.0, 2.0]]),
+            Some(vec![[0.0, 0.0], [4.0, 9.0]]),
+        ]);
+        let ev = RowEvents::read(Path::new("/d/a.arrow"), "detected_events", &a).unwrap();
+        assert_eq!(ev.row(0), Ok(vec![(0.5, 1.0)]));
+        assert_eq!(ev.row(2), Ok(vec![]));
+        assert_eq!(ev.row(4), Ok(vec![(0.0, 0.0), (4.0, 9.0)]));
+        let e = ev.row(1).unwrap_err();
+        assert!(
+            e.contains("column 'detected_events'") && e.contains("[Some(-0.5), Some(1.0)]"),
+            "{e}"
+        );
+        assert!(e.contains("event 1 of the row"), "{e}");
+        assert!(ev.row(3).unwrap_err().contains("[Some(3.0), Some(2.0)]"));
     }
 }

@@ -10,6 +10,7 @@
 //! ([`Reader::read`]). Every read checks that the shard did not change since it was opened
 //! (see `source.rs`).
 
+mod audio_file;
 mod batch;
 mod extra;
 mod ipc;
@@ -20,7 +21,6 @@ mod source;
 pub(crate) mod testutil;
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
 use arrow_buffer::Buffer;
@@ -55,9 +55,9 @@ pub struct Dataset {
     starts: Vec<u64>,
     opts: ReadOptions,
     label_kind: LabelKind,
-    /// Per row, the stamp of its audio file at the first read (path-only rows; allocated on
-    /// the first such read).
-    stamps: OnceLock<Vec<AtomicU64>>,
+    /// Per row, its audio file's metadata and content hash at the first read (path-only rows;
+    /// allocated on the first such read).
+    seen: OnceLock<Vec<audio_file::Seen>>,
     /// `label_range()`, once read (the shards are checked unchanged on every body read).
     label_range: std::sync::OnceLock<LabelRange>,
 }
@@ -113,7 +113,7 @@ impl Dataset {
             starts,
             label_kind,
             label_range: OnceLock::new(),
-            stamps: OnceLock::new(),
+            seen: OnceLock::new(),
             opts,
         })
     }
@@ -298,6 +298,11 @@ impl Reader {
                 })
             }
         };
+        let events = match b.events.as_ref().map(|e| e.row(r)) {
+            None => Vec::new(),
+            Some(Ok(events)) => events,
+            Some(Err(why)) => return Err(ds_err(&s.path, format!("row {row}, {why}"))),
+        };
         Ok(SampleRef {
             index,
             shard: shard as u32,
@@ -308,7 +313,7 @@ impl Reader {
                 LabelKind::Single => Vec::new(),
             },
             bytes,
-            events: b.events.as_ref().map(|e| e.row(r)).unwrap_or_default(),
+            events,
             segment: b
                 .segments
                 .as_ref()
@@ -323,15 +328,18 @@ impl Reader {
         }
     }
 
-    /// A sample's encoded audio. `Error::ShardChanged` if its shard (or its own audio file)
-    /// changed since it was opened (first read); `Error::Io` naming a missing audio file.
+    /// A sample's encoded audio. `Error::ShardChanged` if its shard changed since it was
+    /// opened; for a path-only row, `Error::Io` naming a missing file and `Error::AudioFile` one
+    /// that is not a regular file, too large or whose content changed (see `audio_file.rs`).
     pub fn read(&self, s: &SampleRef) -> Result<Buffer> {
         match &s.bytes {
             AudioBytes::File { offset, len } => {
                 self.ds.shards[s.shard as usize].read_bytes(*offset, *len)
             }
             AudioBytes::Memory(b) => Ok(b.clone()),
-            AudioBytes::Path { path, .. } => paths::read_file(path, self.ds.stamp(s.index)),
+            AudioBytes::Path { path, .. } => {
+                audio_file::read_file(path, self.ds.opts.max_audio_bytes, self.ds.seen(s.index))
+            }
         }
     }
 }

@@ -1,15 +1,10 @@
-//! Path-only audio: which columns a dataset is read with, where a stored audio path points on
-//! this machine, and reading that file (watched for changes like a shard).
+//! Path-only audio: which columns a dataset is read with, and where a stored audio path points on
+//! this machine (reading the file: `audio_file.rs`).
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow_buffer::Buffer;
-
-use super::{AudioBytes, Dataset, Reader};
+use super::{audio_file, AudioBytes, Dataset, Reader};
 use crate::error::{Error, Result};
 use crate::loader::{LoaderConfig, Mode};
 use std::sync::Arc;
@@ -27,14 +22,17 @@ pub struct ReadOptions {
     pub audio_root: Option<PathBuf>,
     /// Stored leading path components -> local ones (the longest matching key wins).
     pub path_map: BTreeMap<String, String>,
+    /// Path-only audio files larger than this many bytes are skipped (0: no bound).
+    pub max_audio_bytes: u64,
 }
 
 impl ReadOptions {
-    /// Audio and label columns only.
+    /// Audio and label columns only (and the default `max_audio_mb`).
     pub fn columns(audio_column: &str, label_column: Option<&str>) -> Self {
         ReadOptions {
             audio_column: audio_column.to_string(),
             label_column: label_column.map(str::to_string),
+            max_audio_bytes: (LoaderConfig::default().max_audio_mb * 1e6) as u64,
             ..Default::default()
         }
     }
@@ -55,6 +53,7 @@ impl ReadOptions {
             }),
             audio_root: (!cfg.audio_root.is_empty()).then(|| PathBuf::from(&cfg.audio_root)),
             path_map: cfg.path_map.clone().unwrap_or_default(),
+            max_audio_bytes: (cfg.max_audio_mb * 1e6) as u64,
         }
     }
 
@@ -97,11 +96,17 @@ pub struct PathCheck {
     pub missing: usize,
     /// (row, stored path, resolved path) of the first missing file.
     pub example: Option<(u64, String, String)>,
+    /// Files that exist but cannot be read as audio: not regular files (a FIFO, a device, a
+    /// directory) or above `max_audio_mb`.
+    pub unusable: usize,
+    /// (row, why) of the first unusable file; `why` names the file.
+    pub unusable_example: Option<(u64, String)>,
 }
 
 impl Dataset {
-    /// Check that the audio files of `n` rows spread evenly over the dataset exist (rows with
-    /// embedded bytes are not counted). Reads only those rows' record batches.
+    /// Check that the audio files of `n` rows spread evenly over the dataset exist and are
+    /// regular files within `max_audio_mb` (rows with embedded bytes are not counted). Reads only
+    /// those rows' record batches and stats the files (never opens one: a FIFO cannot block).
     pub fn check_paths(self: &Arc<Self>, n: u64) -> Result<PathCheck> {
         let total = self.n_rows();
         let n = n.min(total);
@@ -114,89 +119,22 @@ impl Dataset {
             };
             if let AudioBytes::Path { stored, path } = s.bytes {
                 out.checked += 1;
-                if !path.is_file() {
-                    out.missing += 1;
-                    let p = path.display().to_string();
-                    out.example.get_or_insert((index, stored, p));
+                match audio_file::probe(&path, self.opts.max_audio_bytes) {
+                    Ok(()) => {}
+                    Err(e @ Error::AudioFile { .. }) => {
+                        out.unusable += 1;
+                        out.unusable_example.get_or_insert((index, e.to_string()));
+                    }
+                    Err(_) => {
+                        out.missing += 1;
+                        let p = path.display().to_string();
+                        out.example.get_or_insert((index, stored, p));
+                    }
                 }
             }
         }
         Ok(out)
     }
-
-    pub(super) fn stamp(&self, index: u64) -> &AtomicU64 {
-        let v = self
-            .stamps
-            .get_or_init(|| (0..self.n_rows()).map(|_| AtomicU64::new(0)).collect());
-        &v[index as usize]
-    }
-}
-
-/// A file's size and modification/change times folded into one nonzero word.
-fn stamp(m: &std::fs::Metadata) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for v in [
-        m.len(),
-        m.mtime() as u64,
-        m.mtime_nsec() as u64,
-        m.ctime() as u64,
-        m.ctime_nsec() as u64,
-        m.ino(),
-    ] {
-        h = (h ^ v).wrapping_mul(0x0100_0000_01b3);
-    }
-    h | 1
-}
-
-fn io(path: &Path, source: std::io::Error) -> Error {
-    Error::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-fn changed(path: &Path, detail: String) -> Error {
-    Error::ShardChanged {
-        path: path.display().to_string(),
-        detail,
-    }
-}
-
-/// Read the audio file at `path` whole. `seen` holds the file's stamp from its first read in
-/// this run (0: not read yet): a file whose size or times changed during the read, or since the
-/// first read, is `Error::ShardChanged` (the loader stops, as for a shard); a missing or
-/// unreadable file is `Error::Io` naming it (the sample is skipped).
-pub(super) fn read_file(path: &Path, seen: &AtomicU64) -> Result<Buffer> {
-    let mut f = std::fs::File::open(path).map_err(|e| io(path, e))?;
-    let before = f.metadata().map_err(|e| io(path, e))?;
-    let mut v = Vec::with_capacity(before.len() as usize);
-    f.read_to_end(&mut v).map_err(|e| io(path, e))?;
-    let after = f.metadata().map_err(|e| io(path, e))?;
-    let (s0, s1) = (stamp(&before), stamp(&after));
-    if s0 != s1 || v.len() as u64 != before.len() {
-        return Err(changed(
-            path,
-            format!(
-                "the audio file changed while it was read ({} -> {} bytes)",
-                before.len(),
-                after.len()
-            ),
-        ));
-    }
-    match seen.compare_exchange(0, s1, Ordering::Relaxed, Ordering::Relaxed) {
-        Ok(_) => {}
-        Err(old) if old == s1 => {}
-        Err(_) => {
-            return Err(changed(
-                path,
-                format!(
-                    "the audio file changed since this run first read it (now {} bytes)",
-                    after.len()
-                ),
-            ))
-        }
-    }
-    Ok(Buffer::from_vec(v))
 }
 
 #[cfg(test)]
@@ -247,23 +185,5 @@ mod tests {
         o.path_map.insert("/".into(), "/mnt".into());
         assert_eq!(o.resolve("/a.wav", dir), PathBuf::from("/mnt/a.wav"));
         assert_eq!(o.resolve("a.wav", dir), PathBuf::from("/data/ds/a.wav"));
-    }
-
-    #[test]
-    fn a_file_that_changes_after_its_first_read_stops_the_run() {
-        let d = std::env::temp_dir().join(format!("bj-paths-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let p = d.join("a.bin");
-        std::fs::write(&p, b"abc").unwrap();
-        let seen = AtomicU64::new(0);
-        assert_eq!(read_file(&p, &seen).unwrap().as_slice(), b"abc");
-        assert_eq!(read_file(&p, &seen).unwrap().as_slice(), b"abc");
-        std::fs::write(&p, b"abcd").unwrap();
-        let e = read_file(&p, &seen).unwrap_err();
-        assert!(matches!(e, Error::ShardChanged { .. }), "{e}");
-        assert!(e.to_string().contains("a.bin"), "{e}");
-        std::fs::remove_file(&p).unwrap();
-        let e = read_file(&p, &AtomicU64::new(0)).unwrap_err();
-        assert!(matches!(e, Error::Io { .. }) && e.kind() == "missing audio file");
     }
 }

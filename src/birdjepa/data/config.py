@@ -167,6 +167,10 @@ class LoaderConfig:
     `audio_root` (the longest matching key wins; "/old/run1" never maps "/old/run10/x.wav"),
     e.g. {"/home/me/.cache/huggingface": "/scratch/hf"} for a cache copied to a cluster's
     scratch. The rule: birdjepa.data.paths."""
+    max_audio_mb: float = _speed(1024.0)
+    """Path-only audio: a file above this many MB (10^6 bytes) is a counted skip, never read
+    (each read holds the whole file in memory). Only regular files are read at all: a FIFO, a
+    device or a directory is a counted skip too. 1024 MB holds ~1.5 h of 16-bit 96 kHz mono WAV."""
 
     def __post_init__(self):
         # Plain int/float values (numpy scalars, 5 for 5.0), so that config and fingerprint are
@@ -208,6 +212,8 @@ class LoaderConfig:
             if getattr(self, name) not in allowed:
                 raise bad_argument(name, f"one of {', '.join(allowed)}",
                                    json.dumps(getattr(self, name)))
+        if not self.max_audio_mb > 0.0:
+            raise bad_argument("max_audio_mb", "a finite number of MB > 0", self.max_audio_mb)
         if self.path_map is not None and not (isinstance(self.path_map, dict) and all(
                 isinstance(k, str) and isinstance(v, str) for k, v in self.path_map.items())):
             raise bad_argument("path_map", "a table of stored prefix = local prefix strings",
@@ -233,6 +239,11 @@ class LoaderConfig:
         if self.local_frames is not None and (not _is_int(self.local_frames)
                                               or self.local_frames < 1):
             raise bad_argument("local_frames", ">= 1", self.local_frames)
+        real = kaldi_frames(self.local_s)
+        if self.local_frames is not None and self.local_frames > real:
+            raise bad_argument("local_frames", f"at most {real} (the frames of a local_s="
+                               f"{fmt(self.local_s)} s crop; more would be zero-padding; leave "
+                               "it unset to derive it)", self.local_frames)
 
     def local_frames_or_derived(self) -> int:
         """`local_frames`, or when unset the Kaldi frames of local_s, at most n_frames."""

@@ -79,11 +79,22 @@ def class_count(n_classes: int, names: list[str] | None, label_column: str | Non
 
 def check_paths(dataset) -> tuple[int, int]:
     """Path-only audio: check that the files of `PATH_CHECK_ROWS` rows spread evenly over
-    `dataset` exist. None existing is a DatasetError naming one and the settings that fix it;
-    some missing is one warning with the count. Returns (rows checked, missing)."""
-    checked, missing, example = dataset.check_paths(PATH_CHECK_ROWS)
+    `dataset` exist and are regular files within max_audio_mb (stat only: a FIFO cannot block).
+    None usable is a DatasetError naming one (and, for missing files, the settings that fix it);
+    some missing or unusable is one warning per cause with the count. Returns (rows checked,
+    rows whose file is missing or unusable)."""
+    checked, missing, example, unusable, why = dataset.check_paths(PATH_CHECK_ROWS)
+    if unusable:
+        row, reason = why
+        if unusable + missing == checked:
+            raise birdjepa._rs.DatasetError(
+                f"{dataset.shards()[0][0]}: none of the {checked} audio files checked can be "
+                f"read (row {row}: {reason})")
+        warnings.warn(f"birdjepa.data: {unusable} of {checked} audio files checked cannot be read "
+                      f"as audio (row {row}: {reason}); those rows will be skipped (train) or "
+                      "invalid (eval)", RuntimeWarning, stacklevel=4)
     if not missing:
-        return checked, missing
+        return checked, unusable
     row, stored, resolved = example
     where = (f"row {row} stores {stored!r}" + (f", read as {resolved!r}" if resolved != stored
                                                  else ""))
@@ -95,7 +106,7 @@ def check_paths(dataset) -> tuple[int, int]:
     warnings.warn(f"birdjepa.data: {missing} of {checked} audio files checked do not exist "
                   f"({where}); those rows will be skipped (train) or invalid (eval)",
                   RuntimeWarning, stacklevel=4)
-    return checked, missing
+    return checked, missing + unusable
 
 
 def label_problem(label_range: dict | None, n_classes: int) -> str | None:
