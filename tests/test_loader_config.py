@@ -82,7 +82,7 @@ def test_the_data_section_is_the_loader_config_plus_training_keys():
     assert issubclass(birdjepa.config.DataConfig, LoaderConfig)
     own = set(vars(birdjepa.config.DataConfig).get("__annotations__", {}))
     assert not own & loader, f"redeclared in DataConfig: {sorted(own & loader)}"
-    assert data - loader == {"train_shards", "eval_shards", "eval_batch_size"}
+    assert data - loader == {"train_shards", "eval_shards", "eval_batch_size", "eval_label_column"}
 
 
 def test_shaping_settings_are_the_config_keys():

@@ -179,15 +179,16 @@ def test_one_bad_event_row_fails_alone_and_is_named(tmp_path):
 
 
 @pytest.mark.timeout(280)
-def test_training_on_a_fifo_and_dev_zero_runs_and_stops_on_sigterm(tmp_path):
+def test_training_on_a_fifo_and_dev_zero_runs_and_stops_on_sigterm(tmp_path, demo_corpus):
     """Item 10: training on path-only rows naming a FIFO or /dev/zero used to hang (and then
     ignore SIGTERM) or eat all memory; now it trains on the other rows and SIGTERM stops it at
     a step boundary with the preemption exit code."""
     import signal
 
     import resume_helpers as h
+    import tiny
 
-    corpus = h.write_corpus(tmp_path / "corpus")
+    corpus = demo_corpus(**h.CORPUS)["out_dir"]
     (shard,) = birdjepa.data.resolve_shards(str(corpus))[:1]
     with pa.memory_map(shard) as f:
         t = pa.ipc.open_stream(f).read_all()
@@ -203,7 +204,7 @@ def test_training_on_a_fifo_and_dev_zero_runs_and_stops_on_sigterm(tmp_path):
     loader_shards.write(data / "data.arrow", t.set_column(t.schema.get_field_index("audio"),
                                                           t.schema.field("audio"), audio))
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(h.tiny_toml(data, n_steps=1000, ckpt_every=1000).replace(
+    cfg.write_text(tiny.tiny_toml(data, n_steps=1000, ckpt_every=1000).replace(
         "[data]", "[data]\nmax_failure_fraction = 0.5"))
     proc = h.Proc(cfg, tmp_path / "run")
     assert proc.wait_step(2, timeout=200), proc.text()
