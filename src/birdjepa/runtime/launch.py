@@ -226,8 +226,9 @@ def _dry_run(cfgs: list[birdjepa.config.Config], lc: LaunchConfig) -> None:
             print(f"entry {i} ({c.run_id}): {line}")
             unfit += not ok
     if failed or unfit:
-        raise SweepError(f"dry run: {failed} shard check(s) failed, {unfit} entr(ies) do not "
-                         f"fit {lc.slurm.gpu} by the plan (see the entry lines above)")
+        plan = f", {unfit} entr(ies) do not fit {lc.slurm.gpu} by the plan" if unfit else ""
+        raise SweepError(f"dry run: {failed} shard check(s) failed{plan} (see the entry lines "
+                         "above)")
 
 
 def is_complete(cfg: birdjepa.config.Config) -> bool:
