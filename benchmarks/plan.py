@@ -159,9 +159,9 @@ def print_row(r: dict) -> None:
 
 
 def print_picks(rows: list[dict]) -> None:
-    """Per config and GPU kind: the plan's pick (least remat, then the largest batch of at
-    least the config's own, that fits with >= 15 % free)."""
-    print("\nthe plan's pick (least remat, then the largest batch >= the config's, that fits "
+    """Per config and GPU kind: the plan's pick (least remat, then the largest batch of the
+    grid, that fits with >= 15 % free inside JAX's default pool)."""
+    print("\nthe plan's pick (least remat, then the largest batch of the grid, that fits "
           f"with >= {100 * rules.HEADROOM:.0f} % free inside JAX's default "
           f"{100 * rules.JAX_POOL:.0f} % pool):")
     for (config, gpu) in dict.fromkeys((r["config"], r["gpu"]) for r in rows):
@@ -247,7 +247,7 @@ def main(argv: list[str]) -> int:
                 print_row(mine[-1])
                 if a.json:  # as it goes: a killed plan keeps what it compiled
                     rules.merge(a.json, [mine[-1]])
-            pick = rules.choose(mine, min_batch=own[1])
+            pick = rules.choose(mine, min_batch=min(b for _, b, _ in grid))
             for r in mine:
                 r["pick"] = r is pick
             rows += mine

@@ -106,10 +106,10 @@ def validate(rows: list, source: str = "plan") -> list[dict]:
 
 def choose(rows: list[dict], *, min_batch: int) -> dict | None:
     """The plan's pick among one config's rows on one GPU kind: of the rows that compiled, fit
-    and stay inside JAX's default pool (JAX_POOL), at a batch of at least `min_batch` (the batch
-    the config was designed for: the plan never shrinks it to save recomputation), the least
-    recomputation (REMAT_ORDER), then the largest batch, then fused attention over none, then
-    "auto" over a forced kernel. None if nothing qualifies."""
+    and stay inside JAX's default pool (JAX_POOL), at a batch of at least `min_batch` (the
+    plan's smallest batch: a batch below those asked for is never bought with less
+    recomputation), the least recomputation (REMAT_ORDER), then the largest batch, then fused
+    attention over none, then "auto" over a forced kernel. None if nothing qualifies."""
     ok = [r for r in rows if r["fits"] and not r["error"] and r["batch_size"] >= min_batch
           and r["used_frac"] <= JAX_POOL]
     if not ok:
