@@ -240,3 +240,6 @@ def test_dry_run_says_from_the_plan_whether_each_entry_fits_the_gpu(tmp_path, ca
     out, err = capsys.readouterr()
     assert f"entry 1 ({b.run_id}): plan: does NOT fit on l40s: 45.0 of 48.3 GB" in out
     assert "1 entr(ies) do not fit l40s by the plan" in err
+    assert launch.main([*args[:-4], "--slurm.gpu", "v100"]) == 2
+    assert "--slurm.gpu: expected one of h100, h200, a100-80g, l40s, got 'v100'" in \
+        capsys.readouterr().err

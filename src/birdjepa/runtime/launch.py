@@ -31,6 +31,7 @@ import birdjepa.data.config
 import birdjepa.data.loader
 import birdjepa.data.sources
 import birdjepa.gpuplan.rules
+import birdjepa.gpuplan.targets
 import birdjepa.runtime.job
 import birdjepa.runtime.rundir
 
@@ -207,6 +208,9 @@ def plan_lines(cfg: birdjepa.config.Config, lc: LaunchConfig) -> list[tuple[str,
     """With --slurm.gpu: whether the entry fits that GPU, from the plan file."""
     if not lc.slurm.gpu:
         return []
+    if lc.slurm.gpu not in birdjepa.gpuplan.targets.GPUS:
+        raise SweepError(f"--slurm.gpu: expected one of {', '.join(birdjepa.gpuplan.targets.GPUS)}"
+                         f", got {lc.slurm.gpu!r}")
     try:
         rows = birdjepa.gpuplan.rules.load(lc.plan)
     except ValueError as e:
