@@ -146,7 +146,9 @@ def plan_one(name: str, cfg, gpu: str, settings: tuple, own: tuple, cache: list,
 
 
 def _fmt(x, spec=".1f") -> str:
-    return "-" if x is None else format(x, spec)
+    """`x` in `spec`, or "-" as wide (right-aligned) where it is None."""
+    width = spec.split(".")[0].rstrip("df")
+    return format("-", f">{width or 1}") if x is None else format(x, spec)
 
 
 def print_row(r: dict) -> None:
