@@ -171,8 +171,7 @@ def print_picks(rows: list[dict]) -> None:
                      and r["pick"]), None)
         what = (f"nothing in the grid fits with >= {100 * rules.HEADROOM:.0f} % free inside "
                 f"JAX's {100 * rules.JAX_POOL:.0f} % pool" if pick is None else
-                f"remat {pick['remat']}, batch {pick['batch_size']}, attention "
-                f"{pick['attention']}: {rules.describe(pick).split(': ', 1)[1]}"
+                f"attention {pick['attention']}: {rules.describe(pick)}"
                 + ("" if pick["chosen"] else "  (differs from the config's own)"))
         print(f"  {config[:12]:12s} {gpu:8s} {what}")
 
