@@ -48,6 +48,12 @@ def test_recorded_rows_follow_the_fit_rule():
     issue's case holds: ViT-B without remat at batch 256 x 2 views does not fit an H100."""
     assert len(ROWS) >= 12
     for r in ROWS:
+        if r["total_gb"] is None:  # skipped: a smaller batch of the same remat did not fit
+            smaller = [o for o in rows_of(r["config"], r["gpu"]) if o["remat"] == r["remat"]
+                       and o["batch_size"] < r["batch_size"] and o["total_gb"]]
+            assert r["error"].startswith("not compiled") and not r["fits"]
+            assert smaller and not any(o["fits"] for o in smaller)
+            continue
         total = r["argument_gb"] + r["output_gb"] + r["temp_gb"] - r["alias_gb"]
         assert r["total_gb"] == pytest.approx(total)
         assert r["fits"] == (r["total_gb"] <= 0.85 * r["device_gb"])
