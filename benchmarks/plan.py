@@ -42,10 +42,10 @@ import benchmarks.configs  # noqa: E402
 import birdjepa.config  # noqa: E402
 import birdjepa.config.architecture  # noqa: E402
 import birdjepa.gpuplan.rules as rules  # noqa: E402
-import birdjepa.runtime.cli_args as cli_args  # noqa: E402
 import birdjepa.gpuplan.targets as targets  # noqa: E402
 import birdjepa.optim  # noqa: E402
 import birdjepa.params  # noqa: E402
+import birdjepa.runtime.cli_args as cli_args  # noqa: E402
 import birdjepa.runtime.launch  # noqa: E402
 import birdjepa.train.flops  # noqa: E402
 import birdjepa.train.step  # noqa: E402

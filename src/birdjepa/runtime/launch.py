@@ -29,9 +29,9 @@ import birdjepa.data
 import birdjepa.data.config
 import birdjepa.data.loader
 import birdjepa.data.sources
-import birdjepa.runtime.cli_args as cli_args
 import birdjepa.gpuplan.rules
 import birdjepa.gpuplan.targets
+import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.job
 import birdjepa.runtime.rundir
 
