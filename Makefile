@@ -1,11 +1,13 @@
-# Two entry points, both from a fresh clone: `make demo` and `make test`.
+# Two entry points, both from a fresh clone: `make demo` and `make test`. `make gpu-plan` (not part
+# of `make test`) compiles the GPU configs with XLA's GPU compiler, without a GPU.
 PYTHON ?= python3
 VENV := .venv
+VENV_GPU := .venv-gpu
 PY := $(VENV)/bin/python
 RUST_SRC := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml pyproject.toml
 DEMO_DIR := data/demo
 
-.PHONY: setup demo test test-py test-rust lint bench clean
+.PHONY: setup demo test test-py test-rust lint bench gpu-plan clean
 
 setup: $(VENV)/.built
 
@@ -52,5 +54,23 @@ test-py: setup
 bench: setup
 	$(PY) -m benchmarks transforms
 
+# XLA's GPU compiler on this machine (no GPU): a venv of its own with the project's dependencies
+# and the cuda12 extra (jax[cuda12], same pin as the CPU build), kept apart from .venv so tests
+# and the CPU build do not change; the Rust extension comes from `make setup` (abi3).
+$(VENV_GPU)/.deps: pyproject.toml
+	$(PYTHON) -m venv $(VENV_GPU)
+	$(VENV_GPU)/bin/python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print(*p['dependencies'], *p['optional-dependencies']['cuda12'], sep=chr(10))" > $(VENV_GPU)/requirements.txt
+	$(VENV_GPU)/bin/python -m pip install -q -r $(VENV_GPU)/requirements.txt
+	touch $@
+
+# vit-s and vit-b on every shipped GPU kind, remat none/dots/block at batch 256 and 512: the table,
+# runs/gpu-plan.json (also the cache: a rerun compiles only what changed), and exit 1 if a
+# config's own settings do not fit or use no fused attention on the H100.
+gpu-plan: $(VENV)/.built $(VENV_GPU)/.deps
+	PYTHONPATH=$(abspath src):$(abspath .) nice -n 10 $(VENV_GPU)/bin/python -m benchmarks plan \
+		--configs vit-s --configs vit-b --remat none --remat dots --remat block \
+		--batch_size 256 --batch_size 512 \
+		--json runs/gpu-plan.json --check
+
 clean:
-	rm -rf $(VENV) target $(DEMO_DIR)
+	rm -rf $(VENV) $(VENV_GPU) target $(DEMO_DIR)

@@ -1,6 +1,7 @@
 """`python -m birdjepa.launch`: sweep validation, dry runs, stable run ids, skipping complete
 runs, and the sbatch script submitit writes (no cluster needed)."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -12,6 +13,7 @@ import loader_shards
 import pytest
 import submitit  # noqa: F401 - imported before output capture: its logger binds sys.stderr
 
+import birdjepa.gpuplan.rules as rules
 import birdjepa.launch as launch
 import birdjepa.runtime.job
 import birdjepa.runtime.rundir
@@ -188,3 +190,40 @@ def test_flags_use_underscores_and_accept_dashes():
         "--n_steps=4", "--slurm.tasks_per_node", "2", "--dry_run", "--run_dir=a-b", "-h", "x-y"]
     cfg = birdjepa.config.cli(["--n-steps=7", "--data.view-window-s=6", "--n_classes=3"])
     assert (cfg.n_steps, cfg.data.view_window_s, cfg.n_classes) == (7, 6.0, 3)
+
+
+def test_dry_run_says_from_the_plan_whether_each_entry_fits_the_gpu(tmp_path, capsys,
+                                                                   monkeypatch):
+    """--slurm.gpu with --dry_run reads the plan file: an entry planned at its batch per GPU
+    (batch_size / (nodes x gpus_per_node)) fits or not, one without a row is "not planned", and
+    a planned entry that does not fit fails the dry run."""
+    monkeypatch.chdir(tmp_path)
+    demo_shards(tmp_path)
+    sweep = write_sweep(tmp_path, '[{"batch_size": 32}, {"batch_size": 64}]')
+    a, b = launch.resolve(sweep)
+
+    def planned(cfg, total_gb):
+        key = rules.plan_key(dataclasses.replace(cfg, batch_size=cfg.batch_size // 4))
+        return rules.make_row(config="sw", gpu="l40s", remat="block", batch_size=8,
+                              attention="auto", key=key, chosen=True, flash_attention=2,
+                              flops_per_update=1e12, device_bytes=48_305_799_168,
+                              memory={"argument": 0, "output": 0, "alias": 0,
+                                      "temp": int(total_gb * 1e9)})
+
+    plan = tmp_path / "plan.json"
+    rules.save(plan, [planned(a, 12.5)])
+    args = ["--sweep", str(sweep), "--dry_run", "--slurm.gpus_per_node", "4",
+            "--slurm.gpu", "l40s", "--plan", str(plan)]
+    assert launch.main(args) == 0
+    out = capsys.readouterr().out
+    assert f"entry 0 ({a.run_id}): plan: fits on l40s: 12.5 of 48.3 GB (74 % free" in out
+    assert f"entry 1 ({b.run_id}): plan: not planned (no row in {plan} for this step at " \
+        "batch 16 per GPU on l40s" in out
+    rules.save(plan, [planned(a, 12.5), planned(b, 45.0)])
+    assert launch.main(args) == 2
+    out, err = capsys.readouterr()
+    assert f"entry 1 ({b.run_id}): plan: does NOT fit on l40s: 45.0 of 48.3 GB" in out
+    assert "1 entr(ies) do not fit l40s by the plan" in err
+    assert launch.main([*args[:-4], "--slurm.gpu", "v100"]) == 2
+    assert "--slurm.gpu: expected one of h100, h200, a100-80g, l40s, got 'v100'" in \
+        capsys.readouterr().err

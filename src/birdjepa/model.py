@@ -116,12 +116,22 @@ def sincos_2d(grid: tuple[int, int], d: int) -> np.ndarray:
     return np.concatenate([sincos_1d(t, d // 2), sincos_1d(m, d // 2)], axis=1)
 
 
-def use_cudnn(attention: str, dtype, head_dim: int) -> bool:
-    """Whether `attention` resolves to the cuDNN kernel for this dtype, head dim and backend."""
+def target_platform(x) -> str:
+    """The platform of the devices `x` (an array or a tracer) is placed on, as its sharding's
+    mesh records it: what a step is compiled for, which may differ from `jax.default_backend()`
+    (a step compiled for a CUDA topology on a CPU machine). The default backend when unknown."""
+    device = getattr(getattr(jax.typeof(x).sharding, "mesh", None), "abstract_device", None)
+    return device.platform if device is not None else jax.default_backend()
+
+
+def use_cudnn(attention: str, dtype, head_dim: int, platform: str | None = None) -> bool:
+    """Whether `attention` resolves to the cuDNN kernel for this dtype, head dim and target
+    `platform` (default: the default backend)."""
     if attention != "auto":
         return attention == "cudnn"
     ok_shape = head_dim <= 128 and head_dim % 8 == 0
-    return jax.default_backend() == "gpu" and dtype in (jnp.bfloat16, jnp.float16) and ok_shape
+    on_gpu = (platform or jax.default_backend()) in ("gpu", "cuda")
+    return on_gpu and dtype in (jnp.bfloat16, jnp.float16) and ok_shape
 
 
 def attention(
@@ -133,7 +143,7 @@ def attention(
     is padded with zero tokens whose keys are masked (key_value_seq_lengths); the padded query
     rows are dropped."""
     b, n = q_bnhd.shape[:2]
-    cudnn = use_cudnn(impl, q_bnhd.dtype, q_bnhd.shape[-1])
+    cudnn = use_cudnn(impl, q_bnhd.dtype, q_bnhd.shape[-1], target_platform(q_bnhd))
     kernel = "cudnn" if cudnn else "xla"
     pad = -n % (pad_to or (8 if cudnn else 1))
     if not pad:

@@ -63,7 +63,8 @@ class ModelConfig:
     attention: typing.Literal["auto", "xla", "cudnn"] | None = None
     """Attention kernel, all through `jax.nn.dot_product_attention`: "xla" (any backend,
     materialises the scores), "cudnn" (fused flash attention; GPU, bfloat16, head dim <= 128 and
-    a multiple of 8), "auto": cuDNN where those hold on a GPU backend, else XLA."""
+    a multiple of 8), "auto": cuDNN where those hold and the step is compiled for GPU devices
+    (the platform of the devices its arrays are placed on, not the default backend), else XLA."""
 
 
 _BASE = dict(

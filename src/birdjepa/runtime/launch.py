@@ -29,6 +29,8 @@ import birdjepa.data
 import birdjepa.data.config
 import birdjepa.data.loader
 import birdjepa.data.sources
+import birdjepa.gpuplan.rules
+import birdjepa.gpuplan.targets
 import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.job
 import birdjepa.runtime.rundir
@@ -48,6 +50,9 @@ class SlurmConfig:
     """JAX processes per node (one process can drive all of a node's GPUs)."""
     gpus_per_node: int = 0
     """GPUs per node."""
+    gpu: str | None = None
+    """GPU kind (h100, h200, a100-80g, l40s): with --dry_run, whether each entry fits one, read
+    from the plan file (`plan`, written by `python -m benchmarks plan`); not sent to Slurm."""
     cpus_per_task: int | None = None
     """CPUs per task; default: loader workers (train + eval) + 2, or 16 with data.n_workers =
     "auto" (the loaders then use what the job gets)."""
@@ -79,6 +84,8 @@ class LaunchConfig:
     """Print the resolved configs, open every entry's train and eval shards (columns and labels
     against n_classes; no pipelines started) and submit nothing; exit 2 if a check fails."""
     slurm: SlurmConfig = SlurmConfig()
+    plan: str = "runs/gpu-plan.json"
+    """Plan file that --dry_run reads with --slurm.gpu (rows of `python -m benchmarks plan`)."""
 
 
 class SweepError(ValueError):
@@ -197,15 +204,35 @@ def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
     return out
 
 
-def _dry_run(cfgs: list[birdjepa.config.Config]) -> None:
-    failed = 0
+def plan_lines(cfg: birdjepa.config.Config, lc: LaunchConfig) -> list[tuple[str, bool]]:
+    """With --slurm.gpu: whether the entry fits that GPU, from the plan file."""
+    if not lc.slurm.gpu:
+        return []
+    if lc.slurm.gpu not in birdjepa.gpuplan.targets.GPUS:
+        raise SweepError(f"--slurm.gpu: expected one of {', '.join(birdjepa.gpuplan.targets.GPUS)}"
+                         f", got {lc.slurm.gpu!r}")
+    try:
+        rows = birdjepa.gpuplan.rules.load(lc.plan)
+    except ValueError as e:
+        return [(f"plan: {e}", False)]
+    devices = lc.slurm.nodes * max(lc.slurm.gpus_per_node, 1)
+    return [birdjepa.gpuplan.rules.entry_line(cfg, lc.slurm.gpu, devices, rows, lc.plan)]
+
+
+def _dry_run(cfgs: list[birdjepa.config.Config], lc: LaunchConfig) -> None:
+    failed = unfit = 0
     for i, c in enumerate(cfgs):
         print(f"# {c.run_id}\n{birdjepa.config.to_toml(c)}")
         for line, ok in check_shards(c):
             print(f"entry {i} ({c.run_id}): {line}")
             failed += not ok
-    if failed:
-        raise SweepError(f"dry run: {failed} shard check(s) failed (see the entry lines above)")
+        for line, ok in plan_lines(c, lc):
+            print(f"entry {i} ({c.run_id}): {line}")
+            unfit += not ok
+    if failed or unfit:
+        plan = f", {unfit} entr(ies) do not fit {lc.slurm.gpu} by the plan" if unfit else ""
+        raise SweepError(f"dry run: {failed} shard check(s) failed{plan} (see the entry lines "
+                         "above)")
 
 
 def is_complete(cfg: birdjepa.config.Config) -> bool:
@@ -255,7 +282,7 @@ def launch(lc: LaunchConfig) -> list:
         state = "complete, skipped" if is_complete(c) else "to run"
         print(f"{c.run_id}: {state} -> {c.run_dir}")
     if lc.dry_run:
-        _dry_run(cfgs)
+        _dry_run(cfgs, lc)
         return []
     if not todo:
         print("every run of this sweep is complete; nothing submitted")
