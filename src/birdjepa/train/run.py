@@ -9,7 +9,8 @@ Where the state comes from, in this order (the whole resume policy):
 2. Init-from. `init_encoder` names another run: its latest checkpoint's encoder replaces the
    fresh one (read-only: that run may still be writing); heads, probe and optimiser are fresh.
 3. Scratch: everything from `seed`.
-A run whose COMPLETE marker records at least n_steps returns at once. Process 0 holds the run
+A run whose COMPLETE marker records at least n_steps returns at once, after the same config
+check as a resume (against run_dir/config.toml). Process 0 holds the run
 lock (birdjepa.runtime.rundir.Lock) for the whole run and alone writes files beside the checkpoints.
 """
 
@@ -18,6 +19,7 @@ import pathlib
 import shutil
 import subprocess
 import time
+import tomllib
 
 import equinox as eqx
 import jax
@@ -84,6 +86,7 @@ def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
     run_dir = pathlib.Path(cfg.run_dir)
     done = birdjepa.runtime.rundir.read_complete(run_dir)
     if done is not None and cfg.resume != "never" and (done.get("steps") or 0) >= cfg.n_steps:
+        _check_complete(cfg, run_dir)
         if is_main:
             print(f"run {cfg.run_id} is already complete ({done.get('steps')} steps) in "
                   f"{run_dir}; nothing to do", flush=True)
@@ -106,6 +109,20 @@ def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
         if created and is_main and isinstance(e, birdjepa.config.ConfigError):
             shutil.rmtree(run_dir, ignore_errors=True)  # a refused start leaves nothing behind
         raise
+
+
+def _check_complete(cfg: birdjepa.config.Config, run_dir: pathlib.Path) -> None:
+    """Refuse (ConfigError, naming the keys) a config that shapes the run differently from the
+    one the finished run in `run_dir` trained under (its config.toml), unless resume="force"."""
+    path = run_dir / "config.toml"
+    if cfg.resume == "force" or not path.is_file():
+        return
+    with open(path, "rb") as f:
+        saved = tomllib.load(f)
+    birdjepa.config.check_same(
+        saved, cfg, ignore=birdjepa.config.NOT_SHAPING,
+        what=f"{run_dir} holds a finished run with a different config; use --resume=never to "
+             "train again from scratch, or another --run_dir")
 
 
 def _open_locked(cfg, run_dir: pathlib.Path, is_main: bool, mesh, loaders, lock) -> Run:
