@@ -69,3 +69,55 @@ def test_run_ids_have_64_bits_and_old_40_bit_run_directories_are_still_found(tmp
     found = rundir.assign(a)
     assert (found.run_dir, found.run_id) == (f"runs/{ida[:14]}", ida[:14])
     assert os.path.samefile(found.run_dir, old)
+
+
+def _train_cli(monkeypatch, cfg) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of birdjepa.train.cli.main (its error handling) on `cfg`
+    and tiny loaders."""
+    import contextlib
+    import functools
+    import io
+
+    import birdjepa.runtime.preemption
+    import birdjepa.train.cli
+
+    monkeypatch.setattr(config, "cli", lambda argv, prog: cfg)
+    monkeypatch.setattr(birdjepa.runtime.preemption.Preemption, "install",
+                        lambda self, sig, **kw: None)  # pytest's own handlers stay
+    monkeypatch.setattr(birdjepa.train.loop, "main", functools.partial(
+        birdjepa.train.loop.main, loaders=tiny.tiny_loaders))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = birdjepa.train.cli.main([])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_every_checkpoint_corrupt_is_one_line_and_the_next_start_does_not_begin_at_step_0(
+        tmp_path, monkeypatch):
+    """Item 9: main ended in a traceback, and the next start silently trained from step 0."""
+    import test_checkpoint_integrity as integrity
+
+    run_dir = tmp_path / "run"
+    cfg = tiny.tiny_config(n_steps=2, ckpt_every=1, ckpt_keep=2, run_dir=str(run_dir))
+    birdjepa.train.loop.main(cfg, loaders=tiny.tiny_loaders)
+    for step in ("1", "2"):
+        integrity.bitflip(run_dir / "checkpoints" / step)
+    longer = dataclasses.replace(cfg, n_steps=4, resume="extend")
+    rc, _, err = _train_cli(monkeypatch, longer)
+    err = err.strip().splitlines()
+    assert rc == 1, err
+    assert len(err) == 1 and err[0].startswith("error: no intact checkpoint in "), err
+    assert "use --resume=never to train from step 0" in err[0]
+    assert sorted(p.name.split(".")[0] for p in (run_dir / "checkpoints").iterdir()
+                  if ".corrupt-" in p.name) == ["1", "2"]  # set aside, never deleted
+    rows = (run_dir / "metrics.jsonl").read_text()
+    rc, _, err = _train_cli(monkeypatch, longer)  # again: refused, not a fresh start
+    err = err.strip().splitlines()
+    assert rc == 1, err
+    assert len(err) == 1 and "expected an intact step to resume from" in err[0], err
+    assert "every step was corrupt and set aside (1.corrupt-" in err[0]
+    assert (run_dir / "metrics.jsonl").read_text() == rows  # nothing was trained or truncated
+    rc, out, err = _train_cli(monkeypatch, dataclasses.replace(longer, resume="never"))
+    assert rc == 0, err
+    assert "resume=never: moved existing checkpoints to" in out and "resumed" not in out
+    assert rundir.read_complete(run_dir)["steps"] == 4

@@ -4,13 +4,16 @@ Exit status: 0 trained (or already complete); 2 a configuration error, one line 
 75 stopped by SIGTERM, SIGUSR2 or Ctrl-C at a step boundary after saving a checkpoint (starting
 the same command again resumes); 130 a second Ctrl-C, which aborts at once; 1 a run that ended
 without a sound model (diverged, non-finite) or whose evaluation failed (its checkpoint is
-saved: the same command evaluates again), one line saying why; 1 with a traceback: a crash.
+saved: the same command evaluates again) or whose every checkpoint is corrupt (set aside; the
+next start refuses to begin from step 0 unless --resume=never), one line saying why; 1 with a
+traceback: a crash.
 """
 
 import signal
 import sys
 
 import birdjepa.config
+import birdjepa.runtime.checkpoint
 import birdjepa.runtime.preemption
 import birdjepa.train.loop
 import birdjepa.train.run
@@ -23,7 +26,7 @@ EXIT_PREEMPTED = 75
 EXIT_INTERRUPTED = birdjepa.runtime.preemption.EXIT_INTERRUPTED
 
 FAILURES = (birdjepa.train.loop.EvaluationError, birdjepa.train.run.UnsoundRunError,
-            birdjepa.train.step.NonFiniteError)
+            birdjepa.train.step.NonFiniteError, birdjepa.runtime.checkpoint.CorruptCheckpointError)
 """Run outcomes reported in one line (exit 1), not as a crash."""
 
 

@@ -146,7 +146,10 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
     train_state = None
     if resume_step is not None:
         t0 = time.perf_counter()
-        restored = ckpt.restore(state)  # the newest intact step: corrupt ones are set aside
+        try:  # the newest intact step: corrupt ones are set aside
+            restored = ckpt.restore(state)
+        except birdjepa.runtime.checkpoint.CorruptCheckpointError as e:
+            raise birdjepa.runtime.checkpoint.CorruptCheckpointError(f"{e}{RESTART_HINT}") from None
         state, train_state, resume_step = restored.state, restored.loader, restored.step
         meta["lr_cap"] = lr_cap(cfg, restored.meta, resume_step, is_main)
         if is_main:
@@ -182,8 +185,11 @@ def _open_checkpoints(cfg, run_dir: pathlib.Path):
     """(Checkpointer, the step to resume from or None), applying cfg.resume."""
     ckpt_dir = run_dir / "checkpoints"
     ckpt = birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every, keep=cfg.ckpt_keep)
-    latest = ckpt.latest_step()
-    if latest is None:
+    if cfg.resume != "never":
+        latest = _latest_or_refuse(ckpt, ckpt_dir)
+        if latest is None:
+            return ckpt, None
+    elif not ckpt.all_steps() and not _set_aside_steps(ckpt_dir):
         return ckpt, None
     if cfg.resume == "never":
         ckpt.close()
@@ -202,6 +208,33 @@ def _open_checkpoints(cfg, run_dir: pathlib.Path):
         ckpt.close()
         raise
     return ckpt, latest
+
+
+RESTART_HINT = "; use --resume=never to train from step 0 (they stay aside), or another --run_dir"
+
+
+def _set_aside_steps(ckpt_dir: pathlib.Path) -> list[pathlib.Path]:
+    """The steps birdjepa.runtime.checkpoint set aside as corrupt (<step>.corrupt-<time>)."""
+    return sorted(ckpt_dir.glob("*.corrupt-*")) if ckpt_dir.is_dir() else []
+
+
+def _latest_or_refuse(ckpt, ckpt_dir: pathlib.Path) -> int | None:
+    """The newest intact step; None for a run that never saved one. A run whose every step is
+    corrupt (now, or set aside by an earlier start) is refused in one line: starting over from
+    step 0 silently would throw the run away."""
+    try:
+        latest = ckpt.latest_step()
+    except birdjepa.runtime.checkpoint.CorruptCheckpointError as e:
+        ckpt.close()
+        raise birdjepa.runtime.checkpoint.CorruptCheckpointError(f"{e}{RESTART_HINT}") from None
+    aside = _set_aside_steps(ckpt_dir)
+    if latest is None and aside:
+        ckpt.close()
+        raise birdjepa.runtime.checkpoint.CorruptCheckpointError(
+            f"checkpoints: expected an intact step to resume from in {ckpt_dir}, got none: "
+            f"every step was corrupt and set aside ({', '.join(p.name for p in aside)})"
+            f"{RESTART_HINT}")
+    return latest
 
 
 def _check_resume(cfg, saved: dict, ckpt_dir: pathlib.Path, latest: int) -> None:
