@@ -4,7 +4,13 @@ import json
 import os
 
 
-def _eval_lines(summary: dict | None, run_dir) -> list[str]:
+def _eval_lines(summary: dict | None, run_dir, step) -> list[str]:
+    """The results recorded when the run finished: only if they belong to the exported step
+    (after a checkpoint fallback the exported step is older than the results)."""
+    done = (summary or {}).get("steps")
+    if done is not None and step is not None and done != step:
+        return [f"No results for step {step}: the evaluation recorded with this run belongs to "
+                f"step {done}, whose checkpoint was not exported."]
     lines = []
     for k, v in sorted((summary or {}).items()):
         if isinstance(v, int | float) and not isinstance(v, bool) and k.startswith(
@@ -30,7 +36,10 @@ def render(meta: dict, run_dir=None) -> str:
     objective = (cfg.get("objective") or {}).get("name", "unknown")
     classes = head.get("classes") or []
     shown = ", ".join(classes[:20]) + (" ..." if len(classes) > 20 else "")
+    forced = ([f"**Forced export (--force): {meta['forced']}.** Do not trust this model.", ""]
+              if meta.get("forced") else [])
     return "\n".join([
+        *forced,
         "# birdjepa encoder",
         "",
         f"A ViT ({m['width']} wide, {m['depth']} blocks, {m['n_heads']} heads, patches "
@@ -49,7 +58,7 @@ def render(meta: dict, run_dir=None) -> str:
         "",
         "## Evaluation",
         "",
-        *_eval_lines(meta.get("summary"), run_dir),
+        *_eval_lines(meta.get("summary"), run_dir, meta.get("step")),
         "",
         "## Load",
         "",

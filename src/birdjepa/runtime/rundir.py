@@ -88,6 +88,18 @@ def assign(cfg: birdjepa.config.Config) -> birdjepa.config.Config:
     return dataclasses.replace(cfg, run_id=run_id)
 
 
+def is_run_dir(path: str | pathlib.Path) -> bool:
+    """Whether `path` is a training run directory (its config.toml or checkpoints/)."""
+    p = pathlib.Path(path)
+    return (p / "config.toml").is_file() or (p / "checkpoints").is_dir()
+
+
+def enclosing_run_dir(path: str | pathlib.Path) -> pathlib.Path | None:
+    """The run directory that `path` is or lies inside (resolved), or None."""
+    p = pathlib.Path(path).resolve()
+    return next((q for q in (p, *p.parents) if is_run_dir(q)), None)
+
+
 def keep_run_id(run_dir: pathlib.Path, run_id: str) -> None:
     (run_dir / RUN_ID).write_text(run_id + "\n")
 
