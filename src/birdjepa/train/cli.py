@@ -6,14 +6,19 @@ the same command again resumes); 130 a second Ctrl-C, which aborts at once; 1 a 
 without a sound model (diverged, non-finite) or whose evaluation failed (its checkpoint is
 saved: the same command evaluates again) or whose every checkpoint is corrupt (set aside; the
 next start refuses to begin from step 0 unless --resume=never), one line saying why; 1 with a
-traceback: a crash.
+traceback: a crash. A signal that arrives while the process exits does not change its status
+(see `exit_with`).
 """
 
+import logging
+import os
 import signal
 import sys
+import typing
 
 import birdjepa.config
 import birdjepa.runtime.checkpoint
+import birdjepa.runtime.distributed
 import birdjepa.runtime.preemption
 import birdjepa.train.loop
 import birdjepa.train.run
@@ -48,3 +53,19 @@ def main(argv: list[str], *, prog: str = "python -m birdjepa.train") -> int:
         print("interrupted twice: aborted without saving", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_PREEMPTED if summary.get("preempted") else 0
+
+
+def exit_with(code: int) -> typing.NoReturn:
+    """Leave the process with `code` now, without interpreter finalization. Finalization resets
+    the signal handlers to the defaults before JAX and its threads take seconds to tear down, so
+    a second Ctrl-C or a SIGTERM in that window killed the process by the signal (exit -2 or
+    -15) instead of 130, 75 or 0. Everything a run writes is closed by then (checkpoint saves
+    waited for, wandb finished); here jax.distributed is shut down and stdio and logging are
+    flushed, with the run's handlers still in place (a second Ctrl-C still exits 130)."""
+    try:
+        birdjepa.runtime.distributed.shutdown()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
