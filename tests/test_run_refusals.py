@@ -7,6 +7,7 @@ import dataclasses
 import os
 import pathlib
 import re
+import sys
 
 import pytest
 import tiny
@@ -14,6 +15,7 @@ import tiny
 import birdjepa.config as config
 import birdjepa.runtime.rundir as rundir
 import birdjepa.train.loop
+import birdjepa.train.run
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +73,11 @@ def test_run_ids_have_64_bits_and_old_40_bit_run_directories_are_still_found(tmp
     assert os.path.samefile(found.run_dir, old)
 
 
-def _train_cli(monkeypatch, cfg) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of birdjepa.train.cli.main (its error handling) on `cfg`
-    and tiny loaders."""
-    import contextlib
+def _train_cli(monkeypatch, cfg, loaders=tiny.tiny_loaders) -> tuple[int, str, str]:
+    """(exit status, what it printed to stdout, to stderr) of birdjepa.train.cli.main (its error
+    handling and exit status) on `cfg` and tiny loaders. Its print calls are recorded (pytest's
+    own capture of stderr broke under this in-process CLI call)."""
     import functools
-    import io
 
     import birdjepa.runtime.preemption
     import birdjepa.train.cli
@@ -85,11 +86,16 @@ def _train_cli(monkeypatch, cfg) -> tuple[int, str, str]:
     monkeypatch.setattr(birdjepa.runtime.preemption.Preemption, "install",
                         lambda self, sig, **kw: None)  # pytest's own handlers stay
     monkeypatch.setattr(birdjepa.train.loop, "main", functools.partial(
-        birdjepa.train.loop.main, loaders=tiny.tiny_loaders))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = birdjepa.train.cli.main([])
-    return rc, out.getvalue(), err.getvalue()
+        birdjepa.train.loop.main, loaders=loaders))
+    said = {"out": [], "err": []}
+
+    def recorded(*args, file=None, **kw):  # what the CLI prints, by stream
+        said["err" if file is sys.stderr else "out"].append(" ".join(map(str, args)) + "\n")
+
+    monkeypatch.setattr(birdjepa.train.cli, "print", recorded, raising=False)
+    monkeypatch.setattr(birdjepa.train.run, "print", recorded, raising=False)
+    rc = birdjepa.train.cli.main([])
+    return rc, "".join(said["out"]), "".join(said["err"])
 
 
 def test_every_checkpoint_corrupt_is_one_line_and_the_next_start_does_not_begin_at_step_0(
@@ -121,3 +127,60 @@ def test_every_checkpoint_corrupt_is_one_line_and_the_next_start_does_not_begin_
     assert rc == 0, err
     assert "resume=never: moved existing checkpoints to" in out and "resumed" not in out
     assert rundir.read_complete(run_dir)["steps"] == 4
+
+
+def test_all_undecodable_data_is_one_line(tmp_path, monkeypatch):
+    """Issue 30 item 13: training on all-undecodable data ended in an EmptyBatchError
+    traceback."""
+    import test_empty_batch
+
+    cfg = tiny.tiny_config(run_dir=str(tmp_path / "run"))
+    _, evals = tiny.tiny_loaders(tiny.finalize(cfg))
+    rc, _, err = _train_cli(monkeypatch, cfg,
+                            (test_empty_batch.NothingValid(tiny.finalize(cfg)), evals))
+    lines = err.strip().splitlines()
+    assert rc == 1 and len(lines) == 1, err
+    assert lines[0].startswith("error: the first train batch has no valid row: all 8 samples")
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "curves"])
+def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_steps(tmp_path, monkeypatch,
+                                                                      where):
+    """Issue 30 item 13: a full disk during the save was a traceback (plus "Event loop is
+    closed" lines). Measured with a 600 KiB tmpfs (docs/issues/019-nothing-silently-wrong-3):
+    Orbax raises ValueError("RESOURCE_EXHAUSTED ... No space left on device") from its
+    background commit, or the curves PNG an OSError ENOSPC; both are simulated here."""
+    import errno
+
+    import orbax.checkpoint as ocp
+
+    import birdjepa.train.log
+
+    run_dir = tmp_path / "run"
+    cfg = tiny.tiny_config(n_steps=4, ckpt_every=2, run_dir=str(run_dir))
+    if where == "checkpoint":
+        real, calls = ocp.CheckpointManager.wait_until_finished, []
+
+        def wait(self):
+            real(self)
+            if any((run_dir / "checkpoints").glob("4*")):
+                calls.append(1)
+                raise ValueError('RESOURCE_EXHAUSTED: Failed writing: "x": No space left on '
+                                 "device [os_error_code='28']")
+
+        monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished", wait)
+    else:
+        def plot(*a, **k):
+            raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "curves.png"))
+
+        monkeypatch.setattr(birdjepa.train.log, "plot", plot)
+    rc, _, err = _train_cli(monkeypatch, cfg)
+    lines = err.strip().splitlines()
+    assert rc == 1 and len(lines) == 1 and "No space left on device" in lines[0], err
+    if where == "checkpoint":
+        assert lines[0].startswith(f"error: checkpoint step 4 could not be written to "
+                                   f"{run_dir / 'checkpoints'}")
+    else:
+        assert lines[0].startswith(f"error: {run_dir / 'curves.png'}: No space left on device")
+    assert (run_dir / "checkpoints" / "2").is_dir()  # the earlier step is kept
+    assert not rundir.is_complete(run_dir)
