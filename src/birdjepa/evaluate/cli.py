@@ -1,12 +1,15 @@
 """`python -m birdjepa.evaluate --cfg configs/eval-demo.toml [--encoders RUN_DIR ...]`.
 
 A bad setting, split, class list or encoder is one line on stderr and exit status 2, before
-anything is embedded (see birdjepa.evaluate.checks and runner.load_encoders).
+anything is embedded (see birdjepa.evaluate.checks and runner.load_encoders); so are audio that
+fails to decode beyond max_failure_fraction (birdjepa.TooManyFailuresError) and non-finite
+embeddings (runner.check_finite), found while embedding.
 """
 
 import logging
 import sys
 
+import birdjepa
 import birdjepa.config
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.runner as runner
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config.cli(argv)
         runner.run(cfg)
-    except (birdjepa.config.ConfigError, FileNotFoundError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (birdjepa.config.ConfigError, FileNotFoundError, KeyError, birdjepa.Error) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)  # data errors included
         return 2
     return 0
