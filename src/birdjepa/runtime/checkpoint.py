@@ -51,6 +51,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 import birdjepa.runtime.distributed
+import birdjepa.runtime.save_failure as save_failure
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +66,6 @@ WRITES_MANIFEST = "birdjepa_integrity_manifest"
 
 class CorruptCheckpointError(RuntimeError):
     """A requested step is corrupt, or no intact step remains in a checkpoint directory."""
-
-
-class CheckpointWriteError(RuntimeError):
-    """A save failed (a full disk, a quota, a lost mount): one line naming the step and why;
-    the steps committed before it are kept."""
 
 
 class NonFiniteStateError(ValueError):
@@ -94,22 +90,6 @@ class _DropReadOnlyNotice(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Given directory is read only")
-
-
-_SAVE_FAILURE_LOGS = ("Failed to run", "Save Finalize", "_SignalingThread.run() raised")
-
-
-class _DropSaveFailure(logging.Filter):
-    """Orbax logs a failed background save on absl's ERROR log with its traceback, twice; the
-    failure reaches `Checkpointer._finish`, which raises it as one CheckpointWriteError line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = str(record.msg)
-        return not (record.exc_info and any(m in msg for m in _SAVE_FAILURE_LOGS))
-
-
-_SAVE_FAILURE_FILTER = _DropSaveFailure()
-logging.getLogger("absl").addFilter(_SAVE_FAILURE_FILTER)
 
 
 @contextlib.contextmanager
@@ -498,15 +478,7 @@ class Checkpointer:
         return saved
 
     def _finish(self) -> None:
-        try:
-            self._mngr.wait_until_finished()
-        except Exception as e:
-            step, self._saving = self._saving, None
-            _quiet_closed_loop()
-            raise CheckpointWriteError(
-                f"checkpoint step {step} could not be written to {self.ckpt_dir} "
-                f"({type(e).__name__}: {_one_line(e, 240)}); the steps saved before it are "
-                f"kept: free space and run the same command again to resume") from None
+        save_failure.wait(self._mngr, self._saving, self.ckpt_dir, _quiet_closed_loop)
         if self._saving is not None:
             self._saving = None
             self._rotate()

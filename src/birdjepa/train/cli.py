@@ -22,6 +22,7 @@ import birdjepa.config
 import birdjepa.runtime.checkpoint
 import birdjepa.runtime.distributed
 import birdjepa.runtime.preemption
+import birdjepa.runtime.save_failure
 import birdjepa.train.feed
 import birdjepa.train.loop
 import birdjepa.train.run
@@ -35,7 +36,7 @@ EXIT_INTERRUPTED = birdjepa.runtime.preemption.EXIT_INTERRUPTED
 
 FAILURES = (birdjepa.train.loop.EvaluationError, birdjepa.train.run.UnsoundRunError,
             birdjepa.train.step.NonFiniteError, birdjepa.runtime.checkpoint.CorruptCheckpointError,
-            birdjepa.runtime.checkpoint.CheckpointWriteError, birdjepa.train.feed.EmptyBatchError,
+            birdjepa.runtime.save_failure.CheckpointWriteError, birdjepa.train.feed.EmptyBatchError,
             birdjepa.TooManyFailuresError)
 """Run outcomes reported in one line (exit 1), not as a crash."""
 
