@@ -83,20 +83,21 @@ def test_schema_refuses_rows_without_a_column(tmp_path):
 
 
 def test_merge_two_results_files(tmp_path):
-    """Two runs (different encoders, one shared group re-run) merge; the later file's groups
-    replace the earlier one's whole, and the tables show both encoders."""
+    """Two runs (different encoders, one shared group re-run: the same encoder digest and test
+    shards) merge; the later file's groups replace the earlier one's whole, and the tables show
+    both encoders."""
     a = fake_rows("lejepa", base=0.5)
-    b = fake_rows("supervised", base=0.6) + fake_rows("lejepa", test_sets=("HSN",), base=0.3,
-                                                       digest="d2")
+    b = fake_rows("supervised", base=0.6, digest="d3") + fake_rows(
+        "lejepa", test_sets=("HSN",), base=0.3)
     results.write(a, tmp_path / "a")
     results.write(b, tmp_path / "b")
     merged = results.merge(results.read(tmp_path / "a"), results.read(tmp_path / "b"))
     assert len(merged) == len(a) + len(b) - len(a) // 2
-    lejepa_hsn = {r["encoder_digest"] for r in merged
-                  if r["encoder"] == "lejepa" and r["test_set"] == "HSN"}
-    lejepa_nbp = {r["encoder_digest"] for r in merged
-                  if r["encoder"] == "lejepa" and r["test_set"] == "NBP"}
-    assert (lejepa_hsn, lejepa_nbp) == ({"d2"}, {"d1"})
+    lejepa_hsn = {round(r["mean"], 6) for r in merged
+                  if r["encoder"] == "lejepa" and r["test_set"] == "HSN" and r["k"] == "all"}
+    lejepa_nbp = {round(r["mean"], 6) for r in merged
+                  if r["encoder"] == "lejepa" and r["test_set"] == "NBP" and r["k"] == "all"}
+    assert (lejepa_hsn, lejepa_nbp) == ({0.31}, {0.61})  # HSN from b, NBP from a
     text = report.table(merged, "cmap", "all")
     lines = text.splitlines()
     assert lines[1].split()[2:] == ["HSN", "NBP", "mean"]
@@ -106,9 +107,29 @@ def test_merge_two_results_files(tmp_path):
     assert row.split()[-2:] == ["0.460", "±0.010"]  # mean over test sets, sd over seeds
 
 
+def test_merge_refuses_two_encoders_or_two_test_splits_under_one_name(tmp_path):
+    """Issue 30 item 5: two different encoders both named `final` (different checkpoint
+    digests), or two test splits both named `corpus`: one was silently dropped."""
+    a = fake_rows("final", test_sets=("corpus",), digest="d1")
+    b = fake_rows("final", test_sets=("corpus",), digest="d2")
+    with pytest.raises(ValueError, match=r"encoder 'final': expected one encoder_digest per "
+                       r"name, got 2 \('d1', 'd2'\)"):
+        results.merge(a, b)
+    c = [{**r, "test_shards": "/elsewhere/corpus"} for r in a]
+    with pytest.raises(ValueError, match=r"test set 'corpus': expected one test_shards per "
+                       r"name, got 2 \('data/corpus', '/elsewhere/corpus'\)"):
+        results.merge(a, c)
+    results.write(a, tmp_path / "a")
+    results.write(b, tmp_path / "b")
+    r = subprocess.run([sys.executable, "-m", "birdjepa.evaluate.report", str(tmp_path / "a"),
+                        str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("error: encoder 'final': expected one encoder_digest per name")
+
+
 def test_report_cli_rerenders_and_merges(tmp_path):
     results.write(fake_rows("lejepa", seeds=(0, 1)), tmp_path / "a")
-    results.write(fake_rows("supervised"), tmp_path / "b")
+    results.write(fake_rows("supervised", digest="d2"), tmp_path / "b")
     r = subprocess.run([sys.executable, "-m", "birdjepa.evaluate.report",
                         str(tmp_path / "a" / "results.parquet"), str(tmp_path / "b" / "results.csv"),
                         "--format", "markdown", "--metric", "cmap", "--metric", "auroc",
@@ -123,7 +144,7 @@ def test_report_cli_rerenders_and_merges(tmp_path):
     assert ") mm |" in md
     assert (tmp_path / "p.png").stat().st_size > 0
     assert len(results.read(tmp_path / "m")) == len(fake_rows("lejepa", seeds=(0, 1))) + len(
-        fake_rows("supervised"))
+        fake_rows("supervised", digest="d2"))
     bad = subprocess.run([sys.executable, "-m", "birdjepa.evaluate.report",
                           str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: results: expected")

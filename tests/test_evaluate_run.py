@@ -135,3 +135,33 @@ def test_cli_rejects_unknown_and_bad_keys(tmp_path, capsys):
     (tmp_path / "k.toml").write_text('encoders = ["x"]\nprobes = ["svm"]\n')
     assert birdjepa.evaluate.cli.main(["--cfg", str(tmp_path / "k.toml")]) == 2
     assert "'probes': expected values in" in capsys.readouterr().err
+
+
+def test_the_cache_key_follows_each_path_only_recording(tmp_path):
+    """Issue 30 item 4: after every test recording was replaced, the same out_dir printed the
+    old numbers from the cache (kNN 1.000 against 0.500 fresh). The split's fingerprint (part
+    of the cache key) now covers each path-only file's identity (path, size, mtime, inode)."""
+    import os
+
+    import birdjepa.data.table as table
+    import birdjepa.demo_data.birdset as birdset
+
+    s = birdset.write(tmp_path / "bs", n_recordings=4, n_soundscapes=1, n_segments=1,
+                      max_s=10.0)
+    split = s["train"]
+    files = [a for a in table.read_audio(split, "audio") if isinstance(a, str)]
+    assert len(files) == 4 and all(os.path.isfile(f) for f in files)
+    fp = table.fingerprint(split, "audio")
+    assert fp == table.fingerprint(split, "audio") != table.fingerprint(split)
+    st = os.stat(files[0])
+    tmp = files[0] + ".new"  # replaced the way rsync does: a new file renamed over the old one
+    shutil.copy(files[1], tmp)
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime kept
+    os.replace(tmp, files[0])
+    assert table.fingerprint(split, "audio") != fp
+    fp2 = table.fingerprint(split, "audio")
+    with open(files[2], "r+b") as f:  # rewritten in place, same size
+        b = f.read()
+        f.seek(0)
+        f.write(b[::-1])
+    assert table.fingerprint(split, "audio") != fp2

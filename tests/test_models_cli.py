@@ -256,3 +256,106 @@ def test_predict_refuses_a_model_without_a_class_head(run_dir, corpus, tmp_path,
     assert birdjepa.models.detect.main([str(tmp_path / "nothing"), str(corpus / "files"), "--out",
                                   str(tmp_path / "d.csv")]) == 2
     assert "MODEL: expected a run directory" in capsys.readouterr().err
+
+
+def _export_cli(capsys, *argv) -> tuple[int, list[str]]:
+    """(exit status, stderr lines) of `python -m birdjepa.export ARGV`."""
+    capsys.readouterr()
+    rc = birdjepa.export.main([str(a) for a in argv])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def _nan_run(run_dir, dst):
+    """A copy of the tiny run whose checkpoint holds a NaN encoder (a diverged run), marked
+    COMPLETE (so that only the finiteness check can refuse it)."""
+    cfg = tiny.finalize(tiny.tiny_config("supervised", n_steps=2, run_dir=str(dst)))
+    dst.mkdir()
+    shutil.copy(run_dir / "config.toml", dst / "config.toml")
+    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(0))
+    params["encoder"] = jax.tree.map(lambda x: x * jnp.nan if jnp.issubdtype(
+        x.dtype, jnp.floating) else x, params["encoder"])
+    tx = birdjepa.optim.make(cfg.optim, params)
+    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
+             "step": jnp.int32(2)}
+    with birdjepa.runtime.checkpoint.Checkpointer(dst / "checkpoints", every=1, keep=1) as ck:
+        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
+    birdjepa.runtime.rundir.mark_complete(dst, {"steps": 2})
+    return dst
+
+
+def test_export_refuses_an_unfinished_run_unless_forced_and_the_card_says_so(run_dir, tmp_path,
+                                                                             capsys):
+    """Issue 30 item 3: a not-COMPLETE run exported with exit 0 and a silent model card."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (copy / "COMPLETE").unlink()
+    rc, err = _export_cli(capsys, copy, tmp_path / "out")
+    assert rc == 2 and len(err) == 1, err
+    assert "expected a finished run with finite parameters, but it is not marked COMPLETE" in \
+        err[0] and "use --force" in err[0]
+    assert not (tmp_path / "out").exists()
+    rc, err = _export_cli(capsys, copy, tmp_path / "out", "--force")
+    assert rc == 0, err
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert card.startswith("**Forced export (--force): it is not marked COMPLETE")
+    assert birdjepa.models.load_export(tmp_path / "out").info["forced"]
+
+
+def test_export_refuses_non_finite_weights_in_one_line(run_dir, tmp_path, capsys, monkeypatch):
+    """Issue 30 item 3: a diverged run exported NaN weights with exit 0. The checkpointer's own
+    finiteness checks are switched off here, so the NaN reaches export's check."""
+    monkeypatch.setattr(birdjepa.runtime.checkpoint, "_nonfinite_leaf", lambda tree: None)
+    nan = _nan_run(run_dir, tmp_path / "nan")
+    rc, err = _export_cli(capsys, nan, tmp_path / "out")
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    assert "non-finite" in err[0], err
+    assert not (tmp_path / "out" / "encoder.safetensors").exists()
+
+
+def test_export_with_every_checkpoint_corrupt_is_one_line(run_dir, tmp_path, capsys):
+    """Issue 30 item 9: export ended in a traceback."""
+    import test_checkpoint_integrity as integrity
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    integrity.bitflip(copy / "checkpoints" / "2")
+    rc, err = _export_cli(capsys, copy, tmp_path / "out")
+    assert rc == 2 and len(err) == 1 and "no intact checkpoint in" in err[0], err
+
+
+def test_export_refuses_a_run_directory_and_a_file_and_load_encoder_ignores_stale_exports(
+        run_dir, tmp_path, capsys):
+    """Issue 30 item 3: an export inside the run directory was what load_encoder(RUN) returned
+    after training went on; an OUT_DIR that is a file gave a traceback."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    for out in (copy, copy / "export", copy / "checkpoints" / "x"):
+        rc, err = _export_cli(capsys, copy, out)
+        assert rc == 2 and len(err) == 1 and "outside every run directory" in err[0], err
+    (tmp_path / "file").write_text("x")
+    for out in (tmp_path / "file", tmp_path / "file" / "sub"):
+        rc, err = _export_cli(capsys, copy, out)
+        assert rc == 2 and len(err) == 1 and str(tmp_path / "file") in err[0], err
+    # an export planted in the run directory (as an older version allowed) is never read
+    assert _export_cli(capsys, copy, tmp_path / "stale")[0] == 0
+    for name in ("config.json", "encoder.safetensors"):
+        shutil.copy(tmp_path / "stale" / name, copy / name)
+    (copy / "config.json").write_text((copy / "config.json").read_text().replace(
+        '"width": 32', '"width": 48'))  # a stale export would load as another architecture
+    got, _ = birdjepa.load_encoder(copy)
+    want, _ = birdjepa.encoder.load_encoder(copy)
+    assert got.cfg == want.cfg and got.cfg.width == 32
+    assert birdjepa.models.open_model(copy).source == str(copy)
+    assert not birdjepa.models.artifact.is_export(copy)
+
+
+def test_the_card_never_shows_one_steps_results_under_another_step(run_dir, tmp_path, capsys):
+    """Issue 30 item 3: after a checkpoint fallback (the run finished at step 4, its step-4
+    checkpoint was lost) the card showed step 4's results under step 2."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    birdjepa.runtime.rundir.mark_complete(copy, {"steps": 4, "eval_head_acc": 0.75})
+    assert _export_cli(capsys, copy, tmp_path / "out")[0] == 0
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "for 2 steps" in card and "0.75" not in card and "eval_head_acc" not in card
+    assert "No results for step 2: the evaluation recorded with this run belongs to step 4" in card

@@ -1,13 +1,17 @@
 """`python -m birdjepa.sources pack` resumes after a SIGKILL: finished shards are kept, the
 partial one is redone, and the result is byte-identical to the files."""
 
+import errno
+import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pyarrow as pa
+import pytest
 
 import birdjepa.data
 import birdjepa.data.pack
@@ -50,3 +54,96 @@ def test_pack_resumes_after_sigkill(tmp_path):
     for r, g in zip(many, got, strict=True):
         with open(r["audio"]["path"], "rb") as f:
             assert g["audio"]["bytes"] == f.read()
+
+
+@pytest.fixture(scope="module")
+def small_src(tmp_path_factory):
+    """A path-only source shard of 300 rows (4 recordings reused) in its own directory."""
+    root = tmp_path_factory.mktemp("pack-src")
+    s = birdset.write(root / "bs", n_recordings=4, n_soundscapes=1, n_segments=1, max_s=10.0)
+    (path,) = birdjepa.data.resolve_shards(s["train"])
+    rows = pa.ipc.open_stream(pa.memory_map(path)).read_all().to_pylist()
+    many = [{**rows[i % 4], "filepath": f"row{i}"} for i in range(300)]
+    src = root / "src" / "data.arrow"
+    src.parent.mkdir()
+    birdset.write_split(str(src), many, birdset.features([c.code for c in catalogue.SPECIES]))
+    return src
+
+
+def _pack_cli(src, dst, capsys, *extra) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    rc = birdjepa.data.pack.main([str(src), str(dst), "--shard_mb", "0.5", "--workers", "1",
+                                  *extra], lambda spec, split: birdjepa.data.resolve_shards(spec))
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def _rows(dst) -> list:
+    return [r["filepath"] for f in birdjepa.data.resolve_shards(str(dst))
+            for r in pa.ipc.open_stream(pa.memory_map(f)).read_all().to_pylist()]
+
+
+def test_pack_refuses_a_destination_at_inside_or_around_the_source(small_src, capsys):
+    """Issue 30 item 2: packing into the source directory reported "already done", exit 0."""
+    for dst, rel in ((small_src.parent, "is the source"), (small_src.parent / "packed",
+                                                            "is inside the source"),
+                     (small_src.parent.parent, "contains the source")):
+        rc, err = _pack_cli(small_src, dst, capsys)
+        assert rc == 2 and len(err) == 1 and f"which {rel} directory" in err[0], err
+    assert not (small_src.parent / "packed").exists()
+    assert sorted(os.listdir(small_src.parent)) == ["data.arrow"]
+
+
+def test_pack_refuses_files_it_did_not_write_and_a_second_pack(small_src, tmp_path, capsys):
+    """Issue 30 item 2: an unrelated same-named shard in DST was kept as the result; two packs
+    into one DST had no lock (a pyarrow traceback)."""
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    shutil.copy(small_src, dst / "data-00000-of-00001.arrow")  # someone else's shard
+    rc, err = _pack_cli(small_src, dst, capsys)
+    assert rc == 2 and len(err) == 1 and "1 file(s) pack did not write" in err[0], err
+    other = tmp_path / "other"
+    other.mkdir()
+    fd = os.open(other / birdjepa.data.pack.LOCK, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a pack in flight
+        rc, err = _pack_cli(small_src, other, capsys)
+        assert rc == 2 and len(err) == 1 and "expected no other pack writing into" in err[0], err
+    finally:
+        os.close(fd)
+    assert _pack_cli(small_src, other, capsys)[0] == 0
+
+
+def test_a_shard_counts_as_done_only_if_the_manifest_and_its_hash_say_so(small_src, tmp_path,
+                                                                       capsys):
+    dst = tmp_path / "dst"
+    assert _pack_cli(small_src, dst, capsys)[0] == 0
+    want = _rows(dst)
+    shards = sorted(f for f in os.listdir(dst) if f.endswith(".arrow"))
+    assert len(shards) >= 2 and len(want) == 300
+    # the same row count, other content: another shard's bytes under the first one's name
+    shutil.copy(dst / shards[1], dst / shards[0])
+    rc, _ = _pack_cli(small_src, dst, capsys)
+    assert rc == 0 and _rows(dst) == want
+    assert birdjepa.data.pack.Manifest(str(dst)).holds(str(dst), shards[0])
+
+
+def test_pack_stops_at_the_first_write_failure_and_removes_its_temporary_files(
+        small_src, tmp_path, capsys, monkeypatch):
+    """Issue 30 item 2: on a full disk pack left 68 .tmp files and tried every queued shard."""
+    calls = []
+    real = birdjepa.data.pack._audio_array
+
+    def full_disk(*a):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device", "data-00000.arrow.tmp")
+        return real(*a)
+
+    monkeypatch.setattr(birdjepa.data.pack, "_audio_array", full_disk)
+    dst = tmp_path / "dst"
+    rc, err = _pack_cli(small_src, dst, capsys)
+    assert rc == 2 and len(err) == 1 and "No space left on device" in err[0], err
+    assert len(calls) == 2  # no further shard was attempted
+    assert not [f for f in os.listdir(dst) if f.endswith(".tmp")], os.listdir(dst)
+    monkeypatch.setattr(birdjepa.data.pack, "_audio_array", real)
+    assert _pack_cli(small_src, dst, capsys)[0] == 0 and len(_rows(dst)) == 300

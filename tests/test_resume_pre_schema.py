@@ -1,6 +1,20 @@
 """A checkpoint and loader state written before the loader settings became one schema (issue
 19; tests/fixtures/pre-schema-run, made at commit ba8efd2) resume under today's code and
-continue exactly as the old code did: the same losses at steps 3 and 4, to the bit."""
+continue as the old code did: the same losses at steps 3 and 4.
+
+The reference numbers were recorded by the old code on the developer's CPU. Bitwise resume holds
+on the same machine type and software (tests/test_resume.py checks it against an uninterrupted
+run computed on the test machine); it cannot be checked here, because the uninterrupted
+reference would need the old code. XLA's CPU kernels differ between CPU kinds (vector width,
+FMA contraction, reduction order), so the steps 3-4 numbers match the stored ones only to
+rounding. Measured on an AMD EPYC with AVX-512 (issue 30 item 17;
+docs/issues/019-nothing-silently-wrong-3/cross_cpu.py): loss, probe loss and parameter norm
+within 5e-6 relative (step-3 loss 0.16050797700881958 against the stored 0.16050775349140167),
+grad norm within 3.6e-4 (the LeJEPA SIGReg gradient sums many small terms). RTOL gives each
+about 20 times that margin. The learning rate is a function of the step alone (a linear warmup:
+one multiply and one divide, exact in IEEE arithmetic on any CPU), so it is compared exactly.
+A wrong resume (another batch, a lost optimiser state, a restarted schedule) moves these numbers
+far more: consecutive steps differ by 1e-3 relative in loss, 40 % in grad norm, 25 % in lr."""
 
 import dataclasses
 import json
@@ -15,11 +29,13 @@ import resume_helpers
 import birdjepa.config
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "pre-schema-run"
-EXACT = ("loss", "grad_norm", "probe_loss", "param_norm", "lr")
+RTOL = {"loss": 1e-4, "probe_loss": 1e-4, "param_norm": 1e-4, "grad_norm": 5e-3, "lr": 0.0}
+"""Relative tolerance per metric against numbers recorded on another CPU kind (see the module
+docstring for the measurement behind each)."""
 
 
 @pytest.mark.slow
-def test_a_run_saved_before_the_schema_change_resumes_bit_exactly(tmp_path, demo_corpus):
+def test_a_run_saved_before_the_schema_change_resumes_as_before(tmp_path, demo_corpus):
     corpus = demo_corpus(**resume_helpers.CORPUS)["out_dir"]  # the fixture's, see its README
     (tmp_path / "corpus").symlink_to(corpus, target_is_directory=True)
     run = tmp_path / "run"
@@ -39,8 +55,9 @@ def test_a_run_saved_before_the_schema_change_resumes_bit_exactly(tmp_path, demo
         got.setdefault(row["step"], {}).update(row)
     for line in (FIXTURE / "reference-steps-3-4.jsonl").read_text().splitlines():
         want = json.loads(line)
-        for key in (k for k in EXACT if k in want):
-            assert got[want["step"]][key] == want[key], (want["step"], key)
+        for key in (k for k in RTOL if k in want):
+            have = got[want["step"]][key]
+            assert have == pytest.approx(want[key], rel=RTOL[key], abs=0), (want["step"], key)
     assert {3, 4} <= set(got)
 
 

@@ -5,4 +5,5 @@ import sys
 import birdjepa.train.cli
 
 if __name__ == "__main__":
-    sys.exit(birdjepa.train.cli.main(sys.argv[1:], prog="python -m birdjepa.pretrain"))
+    birdjepa.train.cli.exit_with(
+        birdjepa.train.cli.main(sys.argv[1:], prog="python -m birdjepa.pretrain"))

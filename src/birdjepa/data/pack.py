@@ -7,13 +7,21 @@ small files on a network file system are slow.
 * The rows are planned once (`pack-plan.json` in DST: sources, row ranges per shard, settings);
   shards are written in parallel (threads: reading and writing release the GIL), each to a
   temporary file renamed when complete, with a progress bar over rows.
-* Resumable: run the same command again after a kill; finished shards (the right row count) are
-  kept and the others are redone. A different SRC or setting for an existing plan is an error.
+* Resumable: run the same command again after a kill; a shard counts as done only when pack's
+  own manifest (`pack-manifest.json`: sha256 and size of each finished shard, written before
+  the shard is renamed into place) lists it and its content still hashes to that; the others are
+  redone. A different SRC or setting for an existing plan is an error.
+* Refused in one line: a DST equal to, inside or containing a source directory, and a DST
+  holding files pack did not write. DST is locked (`pack.lock`, flock) while pack writes: a
+  second pack into it is refused. The first failed write (a full disk) stops the pack, and
+  its temporary files are removed.
 * At the end the row count is verified and `state.json` / `dataset_info.json` make DST a
   `save_to_disk` directory (`datasets.load_from_disk` and `birdjepa.data.Loader` read it).
 """
 
 import concurrent.futures
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -30,6 +38,9 @@ import birdjepa.data.paths
 import birdjepa.runtime.cli_args as cli_args
 
 PLAN = "pack-plan.json"
+MANIFEST = "pack-manifest.json"
+LOCK = "pack.lock"
+FINAL = ("state.json", "dataset_info.json")
 BATCH_ROWS = 100
 """Rows per record batch, as `datasets` writes audio datasets."""
 
@@ -161,12 +172,55 @@ def _schema(src: Source) -> pa.Schema:
     return s.with_metadata(meta)
 
 
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Manifest:
+    """DST/pack-manifest.json: {shard name: {"sha256", "size"}} of the shards pack finished."""
+
+    def __init__(self, dst: str):
+        self.path = os.path.join(dst, MANIFEST)
+        self.lock = threading.Lock()
+        self.done: dict[str, dict] = {}
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                self.done = json.load(f)
+
+    def add(self, name: str, tmp: str) -> None:
+        """Record the finished temporary file `tmp` as shard `name` (before it is renamed)."""
+        entry = {"sha256": _sha256(tmp), "size": os.path.getsize(tmp)}
+        with self.lock:
+            self.done[name] = entry
+            with open(self.path + ".tmp", "w") as f:
+                json.dump(self.done, f)
+            os.replace(self.path + ".tmp", self.path)
+
+    def holds(self, dst: str, name: str) -> bool:
+        """Whether DST/name is the shard pack wrote: listed, same size, same sha256."""
+        want, path = self.done.get(name), os.path.join(dst, name)
+        return (want is not None and os.path.isfile(path)
+                and os.path.getsize(path) == want["size"] and _sha256(path) == want["sha256"])
+
+
+class Stopped(Exception):
+    """Another shard's write failed: this one stops too."""
+
+
 def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
-                progress=None) -> int:
-    """Rows [start, end) of `src` into `path` (via a temporary file renamed at the end)."""
+                progress=None, manifest: Manifest | None = None,
+                stop: threading.Event | None = None) -> int:
+    """Rows [start, end) of `src` into `path` (via a temporary file, recorded in `manifest`,
+    then renamed); raises Stopped once `stop` is set."""
     tmp = f"{path}.tmp"
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
         for a in range(start, end, BATCH_ROWS):
+            if stop is not None and stop.is_set():
+                raise Stopped(path)
             b = min(a + BATCH_ROWS, end)
             cols = []
             for name in schema.names:
@@ -177,6 +231,8 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
             w.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
             if progress is not None:
                 progress(b - a)
+    if manifest is not None:
+        manifest.add(os.path.basename(path), tmp)
     os.replace(tmp, path)
     return end - start
 
@@ -192,6 +248,73 @@ def _check_plan(dst: str, want: dict) -> None:
         raise birdjepa._rs.BadArgumentError(
             f"bad argument dst: {dst} holds a pack of different sources or settings (differs in "
             f"{', '.join(diff)}); pack into another directory or delete it")
+
+
+def _refuse(msg: str):
+    raise birdjepa._rs.BadArgumentError(f"bad argument dst: {msg}")
+
+
+def _check_dst(files: list[str], dst: str, names: list[str]) -> None:
+    """DST apart from every source directory, and holding only files pack writes."""
+    d = os.path.realpath(dst)
+    for s in sorted({os.path.dirname(os.path.realpath(f)) for f in files}):
+        if d == s or d.startswith(s + os.sep) or s.startswith(d + os.sep):
+            rel = "is" if d == s else "is inside" if d.startswith(s + os.sep) else "contains"
+            _refuse(f"expected a directory apart from the source, got {dst}, which {rel} the "
+                    f"source directory {s}")
+    if not os.path.isdir(dst):
+        return
+    present = set(os.listdir(dst))
+    ours = {PLAN, MANIFEST, MANIFEST + ".tmp", LOCK, *FINAL, *names, *(n + ".tmp" for n in names)}
+    if PLAN not in present:
+        ours = {LOCK}  # no plan of ours: whatever is there was written by something else
+    foreign = sorted(present - ours)
+    if foreign:
+        _refuse(f"expected an empty directory or one pack wrote, got {dst} holding "
+                f"{len(foreign)} file(s) pack did not write ({', '.join(foreign[:3])}"
+                f"{' ...' if len(foreign) > 3 else ''}); pack into another directory")
+
+
+def _lock(dst: str) -> int:
+    """An exclusive flock on DST/pack.lock (released when the process ends)."""
+    fd = os.open(os.path.join(dst, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        _refuse(f"expected no other pack writing into {dst}, but one holds "
+                f"{os.path.join(dst, LOCK)}; wait for it or pack into another directory")
+    return fd
+
+
+def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest) -> None:
+    """Write the `todo` shards; the first failure cancels the queued ones, waits for the
+    running ones, removes every temporary file, and is raised."""
+    stop = threading.Event()
+
+    def one(i: int) -> int:
+        try:
+            return write_shard(src, schema, *ranges[i], os.path.join(dst, names[i]),
+                               bar.update, manifest, stop)
+        except BaseException:
+            stop.set()
+            raise
+
+    ex = concurrent.futures.ThreadPoolExecutor(max(1, workers))
+    futs = [ex.submit(one, i) for i in todo]
+    try:
+        for fut in concurrent.futures.as_completed(futs):
+            fut.result()
+    except BaseException as e:
+        stop.set()
+        ex.shutdown(wait=True, cancel_futures=True)
+        for n in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(dst, n + ".tmp"))
+        first = next((x for f in futs if not f.cancelled() and (x := f.exception()) is not None
+                      and not isinstance(x, Stopped)), e)
+        raise first from None
+    ex.shutdown(wait=True)
 
 
 def _finish(dst: str, names: list[str], schema: pa.Schema, n_rows: int) -> None:
@@ -224,22 +347,25 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     want = {"sources": [os.path.abspath(f) for f in files], "n_rows": len(src.rows),
             "audio_column": audio_column, "audio_root": audio_root, "path_map": path_map or {},
             "ranges": [list(r) for r in ranges], "names": names}
+    _check_dst(files, dst, names)
     os.makedirs(dst, exist_ok=True)
-    _check_plan(dst, want)
-    with open(os.path.join(dst, PLAN), "w") as f:
-        json.dump(want, f)
-    schema = _schema(src)
-    todo = [i for i, nm in enumerate(names) if not (
-        os.path.exists(os.path.join(dst, nm))
-        and birdjepa.data.ipc.n_rows(os.path.join(dst, nm)) == ranges[i][1] - ranges[i][0])]
-    bar = _Progress(sum(ranges[i][1] - ranges[i][0] for i in todo), progress)
-    with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as ex:
-        futs = [ex.submit(write_shard, src, schema, *ranges[i], os.path.join(dst, names[i]),
-                          bar.update) for i in todo]
-        for fut in concurrent.futures.as_completed(futs):
-            fut.result()
-    bar.close()
-    _finish(dst, names, schema, len(src.rows))
+    fd = _lock(dst)
+    try:
+        _check_dst(files, dst, names)  # again, now that no other pack writes here
+        _check_plan(dst, want)
+        with open(os.path.join(dst, PLAN), "w") as f:
+            json.dump(want, f)
+        schema = _schema(src)
+        manifest = Manifest(dst)
+        todo = [i for i, nm in enumerate(names) if not manifest.holds(dst, nm)]
+        bar = _Progress(sum(ranges[i][1] - ranges[i][0] for i in todo), progress)
+        try:
+            _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest)
+        finally:
+            bar.close()
+        _finish(dst, names, schema, len(src.rows))
+    finally:
+        os.close(fd)
     total = sum(os.path.getsize(os.path.join(dst, nm)) for nm in names)
     return {"dst": dst, "shards": names, "n_rows": len(src.rows), "bytes": total,
             "seconds": time.perf_counter() - t0, "skipped": n - len(todo)}

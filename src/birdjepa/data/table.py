@@ -51,10 +51,16 @@ def column_names(source) -> list[str]:
     return list(birdjepa.data.ipc.schema(birdjepa.data.resolve_shards(source)[0]).names)
 
 
-def fingerprint(source) -> str:
+def fingerprint(source, audio_column: str | None = None) -> str:
     """What a split's embeddings depend on in its files, cheaply: per shard its absolute path,
     size, modification time and the sha256 of its first and last MiB (a `datasets.Dataset`:
-    its own fingerprint). A rewritten split gets a new fingerprint."""
+    its own fingerprint). A rewritten split gets a new fingerprint. With `audio_column`, also
+    `audio_identity` of every path-only recording: replacing a recording changes it too."""
+    if audio_column is not None:
+        base = fingerprint(source)
+        files = [a for a in read_audio(source, audio_column) if isinstance(a, str)]
+        return base if not files else hashlib.sha256(
+            (base + "".join(audio_identity(f) for f in files)).encode()).hexdigest()[:16]
     if is_dataset(source):
         return str(getattr(source, "_fingerprint", None) or id(source))
     h = hashlib.sha256()
@@ -67,6 +73,19 @@ def fingerprint(source) -> str:
                 f.seek(max(1 << 20, st.st_size - (1 << 20)))
                 h.update(f.read())
     return h.hexdigest()[:16]
+
+
+def audio_identity(path: str) -> str:
+    """A path-only recording's identity for cache keys: absolute path, size, mtime (ns) and
+    inode, from one stat; not a content hash, which would read every recording of a split at
+    every evaluation just to check the cache. Replacing a file (a copy, a re-download, rsync's
+    write-then-rename) changes its mtime or inode; only a same-size rewrite that forges the
+    mtime in place goes unseen. A missing file has its own identity."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"{os.path.abspath(path)}\0missing {e.errno}\n"
+    return f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n"
 
 
 def audio_bytes(table: pa.Table, column: str = "audio", base_dir: str = "", *,

@@ -8,7 +8,9 @@ every test set, probe, k and seed that uses it. The cache file
   random initialisation) and its model config (pooling, compute dtype, ...);
 * the transform: the `embed.Windows` settings (window, hop, centre, frames, mels,
   normalisation), the pooling and the audio column;
-* the data: `table.fingerprint` of the split (paths, sizes, mtimes, sha256 of head and tail);
+* the data: `table.fingerprint` of the split (paths, sizes, mtimes, sha256 of head and tail),
+  and for path-only audio each recording's `table.audio_identity` (path, size, mtime, inode;
+  see there why not a content hash);
 * CACHE_VERSION, bumped when the embedding code changes what it computes.
 
 Never by a run directory's path or its step's name: retraining into the same run directory
@@ -95,7 +97,7 @@ def _embed_split(encoders, source, role: str, n_rows: int, cfg, cache_dir: pathl
                  verbose: bool) -> dict[str, dict]:
     """{encoder name: arrays} for one split: from the cache, or encoded from log-mel features
     computed once per window shape and shared by the encoders."""
-    data_fp = table.fingerprint(source)
+    data_fp = table.fingerprint(source, cfg.audio_column)
     feats: dict = {}
     out = {}
     for enc in encoders:

@@ -2,12 +2,15 @@
 `--encoders` per run directory).
 
 A bad setting, split, class list or encoder is one line on stderr and exit status 2, before
-anything is embedded (see birdjepa.evaluate.checks and runner.load_encoders).
+anything is embedded (see birdjepa.evaluate.checks and runner.load_encoders); so are audio that
+fails to decode beyond max_failure_fraction (birdjepa.TooManyFailuresError) and non-finite
+embeddings (runner.check_finite), found while embedding.
 """
 
 import logging
 import sys
 
+import birdjepa
 import birdjepa.config
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.runner as runner
@@ -41,6 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config.cli(argv)
         runner.run(cfg)
-    except (birdjepa.config.ConfigError, FileNotFoundError, KeyError) as e:
-        return cli_args.fail(e)
+    except (birdjepa.config.ConfigError, FileNotFoundError, KeyError, birdjepa.Error) as e:
+        return cli_args.fail(e)  # data errors included
     return 0

@@ -14,7 +14,12 @@ import pathlib
 import typing
 
 import birdjepa.config
+import birdjepa.data.config
 import birdjepa.evaluate.probes as probe_lib
+
+MIN_HOP_S = 0.01
+"""The shortest window hop: one 10 ms fbank frame (a shorter one repeats windows, and at one
+sample tiles a 5 s recording into 160,000 windows)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,9 +155,11 @@ def validate(cfg: EvalConfig) -> None:
     _need(len(cfg.seeds) >= 1, "seeds", "at least one seed", cfg.seeds)
     _need(len(set(cfg.seeds)) == len(cfg.seeds) and all(s >= 0 for s in cfg.seeds), "seeds",
           "distinct ints >= 0", cfg.seeds)
-    _need(_finite(cfg.window_s) and cfg.window_s > 0, "window_s", "> 0", cfg.window_s)
-    _need(cfg.hop_s is None or (_finite(cfg.hop_s) and cfg.hop_s > 0), "hop_s", "> 0 or unset",
-          cfg.hop_s)
+    top = birdjepa.data.config.MAX_WINDOW_S  # the longest window the decoder cuts
+    _need(_finite(cfg.window_s) and 0 < cfg.window_s <= top, "window_s",
+          f"seconds in (0, {top:g}]", cfg.window_s)
+    _need(cfg.hop_s is None or (_finite(cfg.hop_s) and MIN_HOP_S <= cfg.hop_s <= top), "hop_s",
+          f"seconds in [{MIN_HOP_S}, {top:g}] (one fbank frame at least) or unset", cfg.hop_s)
     _need(cfg.batch_size >= 1, "batch_size", ">= 1", cfg.batch_size)
     _need(cfg.n_workers >= 1, "n_workers", ">= 1", cfg.n_workers)
     _need(cfg.n_boot >= 100, "n_boot", ">= 100 (the 2.5 % tail needs a few resamples)",

@@ -16,7 +16,9 @@ per-seed mean over test sets (no interval: intervals are not stored per resample
         markdown] [--metric cmap --metric ...] [--k all --k ...] [--out FILE.md]
         [--plot FILE.png] [--out_dir DIR]
 
-re-renders (and merges: a later file's groups replace an earlier one's) without recomputing.
+re-renders (and merges: a later file's groups replace an earlier one's, matched on the
+encoder's digest and the test shards; two encoders or two test splits under one display name
+are refused) without recomputing.
 """
 
 import pathlib

@@ -16,8 +16,11 @@ Columns (SCHEMA, in order):
 * the settings: `train_shards`, `test_shards`, `train_windows`, `window_s`, `hop_s` (NaN:
   tiling), `pool`, `n_boot` and every probe setting as `probe_<field>`.
 
-Merging: rows are grouped by (test set, encoder, probe, k); a group in a later file replaces
-the same group of an earlier one whole (its seeds and intervals were computed together).
+Merging: rows are grouped by (test set and its `test_shards`, encoder and its
+`encoder_digest`, probe, k); a group in a later file replaces the same group of an earlier one
+whole (its seeds and intervals were computed together). Display names are keyed on identity:
+two encoders (different digests) under one name, or two test splits (different shards) under
+one test set name, are refused (ValueError naming both), never one silently dropped.
 """
 
 import dataclasses
@@ -30,7 +33,8 @@ import pyarrow.parquet
 import birdjepa.evaluate.probes as probes
 
 KEY = ("test_set", "encoder", "probe", "k", "seed", "metric")
-GROUP = ("test_set", "encoder", "probe", "k")
+GROUP = ("test_set", "test_shards", "encoder", "encoder_digest", "probe", "k")
+"""What a merged group is: display names with what they name (shards, checkpoint digest)."""
 
 _PROBE_TYPES = {float: pa.float64(), int: pa.int64(), str: pa.string(), bool: pa.bool_()}
 
@@ -101,6 +105,25 @@ def merge(*files_rows: list[dict]) -> list[dict]:
     for rows in files_rows:
         fresh: dict[tuple, list[dict]] = {}
         for r in rows:
-            fresh.setdefault(tuple(r[c] for c in GROUP), []).append(r)
+            fresh.setdefault(tuple(r.get(c) for c in GROUP), []).append(r)
         groups.update(fresh)
-    return [r for rs in groups.values() for r in rs]
+    out = [r for rs in groups.values() for r in rs]
+    _check_names(out)
+    return out
+
+
+def _check_names(rows: list[dict]) -> None:
+    """Each display name names one thing: an encoder one digest, a test set one split."""
+    for name, what, field in (("encoder", "encoder", "encoder_digest"),
+                              ("test_set", "test set", "test_shards")):
+        seen: dict[str, list] = {}
+        for r in rows:
+            ids = seen.setdefault(r[name], [])
+            if r.get(field) not in ids:
+                ids.append(r.get(field))
+        for shown, ids in seen.items():
+            if len(ids) > 1:
+                raise ValueError(
+                    f"{what} {shown!r}: expected one {field} per name, got {len(ids)} "
+                    f"({', '.join(repr(i) for i in ids)}); these are different {what}s under "
+                    f"one name: evaluate them under different names")

@@ -182,6 +182,17 @@ def check_encoder(enc: Encoder) -> None:
             f"{pooled} and {patches} from {enc.name!r}")
 
 
+def check_finite(emb: dict) -> None:
+    """ConfigError naming the encoder when its embeddings hold NaN or infinity (non-finite
+    weights): the probes would fit and score garbage."""
+    for (enc, role, test_set), arrays in emb.items():
+        bad = int(np.size(arrays["pooled"]) - np.isfinite(arrays["pooled"]).sum())
+        if bad:
+            raise birdjepa.config.ConfigError(
+                f"encoder {enc!r}: expected finite embeddings, got {bad} non-finite values in "
+                f"its {role} embeddings for test set {test_set!r} (are its weights finite?)")
+
+
 def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
     """Evaluate every configured encoder on every test set; returns the summary (also
     out_dir/summary.json) with the result rows under "rows"."""
@@ -197,6 +208,7 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
         f"{time.perf_counter() - t_start:.1f} s")
     t0 = time.perf_counter()
     emb = cache.embed_all(encoders, plans, cfg, out / "embeddings", verbose=verbose)
+    check_finite(emb)
     t_embed = time.perf_counter() - t0
     rows, timings = [], {}
     for tp in plans:

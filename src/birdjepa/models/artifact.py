@@ -111,11 +111,47 @@ def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:
     return Model(enc, audio, _class_names(cfg), head, kind, str(run_dir), info)
 
 
+class ExportRefused(ValueError):
+    """The run is not a sound, finished model (or the output would land in a run directory)."""
+
+
+def _check_out_dir(out: pathlib.Path) -> None:
+    """`out` must be (or become) a directory outside every run directory: one inside would be
+    read as the run's model (it would go stale as training continues)."""
+    if out.exists() and not out.is_dir():
+        raise ExportRefused(f"OUT_DIR: expected a directory (or a new path), got {str(out)!r}, "
+                            "which is a file")
+    inside = birdjepa.runtime.rundir.enclosing_run_dir(out)
+    if inside is not None:
+        raise ExportRefused(f"OUT_DIR: expected a directory outside every run directory, got "
+                            f"{str(out)!r}, inside the run directory {str(inside)!r}")
+
+
+def _unsound(m: Model) -> str:
+    """Why `m` is not a sound finished model ("" if it is): no COMPLETE, or non-finite arrays."""
+    if m.info.get("summary") is None:
+        return "it is not marked COMPLETE (training did not finish, or its model was unsound)"
+    for what, tree in (("encoder", m.encoder), ("head", m.head)):
+        for path, x in bird_mae.leaf_paths(tree).items() if tree is not None else ():
+            if not np.isfinite(np.asarray(x)).all():
+                return f"its {what} has non-finite values ({path})"
+    return ""
+
+
 def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
-           step: int | None = None) -> pathlib.Path:
-    """Write the run's encoder, head, settings and model card to `out_dir` (created)."""
-    m = from_run(run_dir, step=step)
+           step: int | None = None, force: bool = False) -> pathlib.Path:
+    """Write the run's encoder, head, settings and model card to `out_dir` (created). Refused
+    (ExportRefused) for a run that is not COMPLETE or has non-finite arrays, unless `force`
+    (the card then says so at the top), and for an `out_dir` inside a run directory."""
     out = pathlib.Path(out_dir)
+    _check_out_dir(out)
+    m = from_run(run_dir, step=step)
+    why = _unsound(m)
+    if why and not force:
+        raise ExportRefused(f"{run_dir}: expected a finished run with finite parameters, but "
+                            f"{why}; use --force to export it anyway")
+    if why:
+        m.info["forced"] = why
     out.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.encoder).items()}
     st.save(arrays, out / "encoder.safetensors", {"format": FORMAT})
@@ -129,9 +165,17 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     return out
 
 
+def _one_line(e: Exception) -> str:
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"
+    return " ".join(str(e).split())
+
+
 def is_export(path: str | os.PathLike) -> bool:
+    """An export directory; never a run directory (an export found inside one is not read)."""
     p = pathlib.Path(path)
-    return (p / "config.json").is_file() and (p / "encoder.safetensors").is_file()
+    return ((p / "config.json").is_file() and (p / "encoder.safetensors").is_file()
+            and not birdjepa.runtime.rundir.is_run_dir(p))
 
 
 def load_export(out_dir: str | os.PathLike) -> Model:
@@ -155,7 +199,7 @@ def load_export(out_dir: str | os.PathLike) -> Model:
             if kind == "supervised" else \
             (lambda: birdjepa.objectives.probe.init(mcfg.width, n, key=jax.random.key(0)))
         head = bird_mae.fill(eqx.filter_eval_shape(make), st.load(out / "head.safetensors")[0])
-    info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary")}
+    info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary", "forced")}
     return Model(enc, a, classes, head, kind, str(out), info)
 
 
@@ -191,10 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out_dir", required=True, help="directory to write (created)")
     p.add_argument("--step", type=cli_args.converter(int), default=None,
                    help="checkpoint step to export (default: the latest complete one)")
+    p.add_flag("force", "export a run that is not COMPLETE or has non-finite parameters (the "
+               "model card says so at the top); refused without it")
     args = p.parse_args(argv)
     try:
-        out = export(args.run_dir, args.out_dir, step=args.step)
-    except (FileNotFoundError, KeyError, ValueError) as e:
+        out = export(args.run_dir, args.out_dir, step=args.step, force=args.force)
+    except (OSError, KeyError, ValueError,
+            birdjepa.runtime.checkpoint.CorruptCheckpointError) as e:
         return cli_args.fail(e)
     print(f"exported {args.run_dir} -> {out}", file=sys.stderr)
     return 0

@@ -4,11 +4,16 @@ import json
 import os
 
 
-def _eval_lines(summary: dict | None, run_dir, held_out: bool = True,
+def _eval_lines(summary: dict | None, run_dir, step, held_out: bool = True,
                 eval_is_train: bool = False) -> list[str]:
     """Held-out figures (the run's eval_* on its eval shards, and eval/results.json), or with
     held_out=False the training-split ones (train_*, final_*, and eval_* when the eval shards
-    are the training shards), as a Markdown table."""
+    are the training shards), as a Markdown table; only if they belong to the exported step
+    (after a checkpoint fallback the exported step is older than the results)."""
+    done = (summary or {}).get("steps")
+    if done is not None and step is not None and done != step:
+        return [f"No results for step {step}: the evaluation recorded with this run belongs to "
+                f"step {done}, whose checkpoint was not exported."]
     prefixes = (() if eval_is_train else ("eval",)) if held_out else (
         ("train", "final") + (("eval",) if eval_is_train else ()))
     lines = []
@@ -38,7 +43,10 @@ def render(meta: dict, run_dir=None) -> str:
     objective = (cfg.get("objective") or {}).get("name", "unknown")
     classes = head.get("classes") or []
     shown = ", ".join(classes[:20]) + (" ..." if len(classes) > 20 else "")
+    forced = ([f"**Forced export (--force): {meta['forced']}.** Do not trust this model.", ""]
+              if meta.get("forced") else [])
     return "\n".join([
+        *forced,
         "# birdjepa encoder",
         "",
         f"A ViT ({m['width']} wide, {m['depth']} blocks, {m['n_heads']} heads, patches "
@@ -57,11 +65,12 @@ def render(meta: dict, run_dir=None) -> str:
         "",
         "## Evaluation",
         "",
-        *_eval_lines(meta.get("summary"), run_dir, eval_is_train=same),
+        *_eval_lines(meta.get("summary"), run_dir, meta.get("step"), eval_is_train=same),
         "",
         "## Training-split figures (not held-out)",
         "",
-        *_eval_lines(meta.get("summary"), run_dir, held_out=False, eval_is_train=same),
+        *_eval_lines(meta.get("summary"), run_dir, meta.get("step"), held_out=False,
+                     eval_is_train=same),
         "",
         "## Load",
         "",

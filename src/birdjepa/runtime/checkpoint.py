@@ -50,6 +50,7 @@ import jax
 import orbax.checkpoint as ocp
 
 import birdjepa.runtime.integrity as integrity
+import birdjepa.runtime.save_failure as save_failure
 
 logger = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ class Checkpointer(integrity.IntactSteps):
         return saved
 
     def _finish(self) -> None:
-        self._mngr.wait_until_finished()
+        save_failure.wait(self._mngr, self._saving, self.ckpt_dir, integrity.quiet_closed_loop)
         if self._saving is not None:
             self._saving = None
             self._rotate()

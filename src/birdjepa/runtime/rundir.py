@@ -66,8 +66,8 @@ def old_checkpoints_dir(run_dir: str | pathlib.Path) -> pathlib.Path:
 
 
 def is_run_dir(path: str | pathlib.Path) -> bool:
-    """Whether `path` is a training run directory (it holds config.toml)."""
-    return config_file(path).is_file()
+    """Whether `path` is a training run directory (its config.toml or checkpoints/)."""
+    return config_file(path).is_file() or checkpoints_dir(path).is_dir()
 
 
 def find_checkpoints(path: str | pathlib.Path) -> pathlib.Path:
@@ -81,11 +81,27 @@ class RunDirBusy(birdjepa.config.ConfigError):
     """Another live process trains in this run directory."""
 
 
+ID_HEX = 16
+"""Hex digits of a generated run id: 64 bits, so two configs sharing an id is no practical
+worry (40-bit ids, before issue 30, collided for seeds 240427 and 417092 of one config)."""
+OLD_ID_HEX = 10
+"""Hex digits of the ids made before issue 30; runs/run-<10 hex> directories are still found."""
+
+
 def default_run_id(cfg: birdjepa.config.Config) -> str:
     """A stable id from the config keys that shape the run: the same command finds the same
     run directory (runs/<id>) again (and resumes it), another seed or model gets another one."""
     d = dataclasses.asdict(dataclasses.replace(cfg, run_id="", run_dir=""))
-    return "run-" + birdjepa.config.config_hash(d)[:10]
+    return "run-" + birdjepa.config.config_hash(d)[:ID_HEX]
+
+
+def default_run_dir(run_id: str) -> str:
+    """runs/<run_id>, or the runs/<old 40-bit id> directory of the same config made before the
+    ids grew to 64 bits (its id is a prefix of the new one)."""
+    old = f"runs/{run_id[:len('run-') + OLD_ID_HEX]}"
+    if not pathlib.Path(f"runs/{run_id}").exists() and pathlib.Path(old).is_dir():
+        return old
+    return f"runs/{run_id}"
 
 
 def dir_run_id(cfg: birdjepa.config.Config, run_dir: str) -> str:
@@ -93,7 +109,7 @@ def dir_run_id(cfg: birdjepa.config.Config, run_dir: str) -> str:
     path's hash, so two directories never share an id (even with one config)."""
     d = dataclasses.asdict(dataclasses.replace(cfg, run_id="", run_dir=""))
     blob = birdjepa.config.config_hash(d) + os.path.abspath(run_dir)
-    return "run-" + hashlib.sha256(blob.encode()).hexdigest()[:10]
+    return "run-" + hashlib.sha256(blob.encode()).hexdigest()[:ID_HEX]
 
 
 def kept_run_id(run_dir: str | pathlib.Path) -> str:
@@ -108,10 +124,13 @@ def assign(cfg: birdjepa.config.Config) -> birdjepa.config.Config:
     - run_dir given: the id kept there; else an explicit run_id; else `dir_run_id` (never the
       id of another directory). An explicit run_id other than the kept one is refused.
     - run_dir empty: runs/<run_id>, run_id explicit or `default_run_id` (the same command finds
-      the same directory)."""
+      the same directory; a directory made under a 40-bit id is still found)."""
     if not cfg.run_dir:
-        run_id = cfg.run_id or default_run_id(cfg)
-        return dataclasses.replace(cfg, run_id=run_id, run_dir=f"runs/{run_id}")
+        if cfg.run_id:
+            return dataclasses.replace(cfg, run_dir=f"runs/{cfg.run_id}")
+        run_dir = default_run_dir(default_run_id(cfg))
+        return dataclasses.replace(cfg, run_id=kept_run_id(run_dir) or default_run_id(cfg),
+                                   run_dir=run_dir)
     kept = kept_run_id(cfg.run_dir)
     if kept and cfg.run_id and cfg.run_id != kept:
         raise birdjepa.config.ConfigError(
@@ -119,6 +138,12 @@ def assign(cfg: birdjepa.config.Config) -> birdjepa.config.Config:
             f"directory keeps its id) or nothing, got {cfg.run_id!r}; use another --run_dir")
     run_id = kept or cfg.run_id or dir_run_id(cfg, cfg.run_dir)
     return dataclasses.replace(cfg, run_id=run_id)
+
+
+def enclosing_run_dir(path: str | pathlib.Path) -> pathlib.Path | None:
+    """The run directory that `path` is or lies inside (resolved), or None."""
+    p = pathlib.Path(path).resolve()
+    return next((q for q in (p, *p.parents) if is_run_dir(q)), None)
 
 
 def keep_run_id(run_dir: pathlib.Path, run_id: str) -> None:

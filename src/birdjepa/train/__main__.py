@@ -4,4 +4,4 @@ import sys
 
 import birdjepa.train.cli
 
-sys.exit(birdjepa.train.cli.main(sys.argv[1:]))
+birdjepa.train.cli.exit_with(birdjepa.train.cli.main(sys.argv[1:]))

@@ -9,7 +9,8 @@ Where the state comes from, in this order (the whole resume policy):
 2. Init-from. `init_encoder` names another run: its latest checkpoint's encoder replaces the
    fresh one (read-only: that run may still be writing); heads, probe and optimiser are fresh.
 3. Scratch: everything from `seed`.
-A run whose COMPLETE marker records at least n_steps returns at once. Process 0 holds the run
+A run whose COMPLETE marker records at least n_steps returns at once, after the same config
+check as a resume (against run_dir/config.toml). Process 0 holds the run
 lock (birdjepa.runtime.rundir.Lock) for the whole run and alone writes files beside the checkpoints.
 """
 
@@ -18,6 +19,7 @@ import pathlib
 import shutil
 import subprocess
 import time
+import tomllib
 
 import equinox as eqx
 import jax
@@ -86,6 +88,7 @@ def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
     run_dir = pathlib.Path(cfg.run_dir)
     done = birdjepa.runtime.rundir.read_complete(run_dir)
     if done is not None and cfg.resume != "never" and (done.get("steps") or 0) >= cfg.n_steps:
+        _check_complete(cfg, run_dir)
         if is_main:
             print(f"run {cfg.run_id} is already complete ({done.get('steps')} steps) in "
                   f"{run_dir}; nothing to do", flush=True)
@@ -110,6 +113,20 @@ def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
         raise
 
 
+def _check_complete(cfg: birdjepa.config.Config, run_dir: pathlib.Path) -> None:
+    """Refuse (ConfigError, naming the keys) a config that shapes the run differently from the
+    one the finished run in `run_dir` trained under (its config.toml), unless resume="force"."""
+    path = run_dir / "config.toml"
+    if cfg.resume == "force" or not path.is_file():
+        return
+    with open(path, "rb") as f:
+        saved = tomllib.load(f)
+    birdjepa.config.check_same(
+        saved, cfg, ignore=birdjepa.config.NOT_SHAPING,
+        what=f"{run_dir} holds a finished run with a different config; use --resume=never to "
+             "train again from scratch, or another --run_dir")
+
+
 def _open_locked(cfg, run_dir: pathlib.Path, is_main: bool, mesh, loaders, lock) -> Run:
     ckpt, resume_step = _open_checkpoints(cfg, run_dir)
     try:
@@ -131,7 +148,10 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
     train_state = None
     if resume_step is not None:
         t0 = time.perf_counter()
-        restored = ckpt.restore(state)  # the newest intact step: corrupt ones are set aside
+        try:  # the newest intact step: corrupt ones are set aside
+            restored = ckpt.restore(state)
+        except birdjepa.runtime.checkpoint.CorruptCheckpointError as e:
+            raise birdjepa.runtime.checkpoint.CorruptCheckpointError(f"{e}{RESTART_HINT}") from None
         state, train_state, resume_step = restored.state, restored.loader, restored.step
         meta["lr_cap"] = lr_cap(cfg, restored.meta, resume_step, is_main)
         if is_main:
@@ -168,8 +188,11 @@ def _open_checkpoints(cfg, run_dir: pathlib.Path):
     """(Checkpointer, the step to resume from or None), applying cfg.resume."""
     ckpt_dir = birdjepa.runtime.rundir.checkpoints_dir(run_dir)
     ckpt = birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every, keep=cfg.ckpt_keep)
-    latest = ckpt.latest_step()
-    if latest is None:
+    if cfg.resume != "never":
+        latest = _latest_or_refuse(ckpt, ckpt_dir)
+        if latest is None:
+            return ckpt, None
+    elif not ckpt.all_steps() and not _set_aside_steps(ckpt_dir):
         return ckpt, None
     if cfg.resume == "never":
         ckpt.close()
@@ -189,6 +212,33 @@ def _open_checkpoints(cfg, run_dir: pathlib.Path):
         ckpt.close()
         raise
     return ckpt, latest
+
+
+RESTART_HINT = "; use --resume=never to train from step 0 (they stay aside), or another --run_dir"
+
+
+def _set_aside_steps(ckpt_dir: pathlib.Path) -> list[pathlib.Path]:
+    """The steps birdjepa.runtime.checkpoint set aside as corrupt (<step>.corrupt-<time>)."""
+    return sorted(ckpt_dir.glob("*.corrupt-*")) if ckpt_dir.is_dir() else []
+
+
+def _latest_or_refuse(ckpt, ckpt_dir: pathlib.Path) -> int | None:
+    """The newest intact step; None for a run that never saved one. A run whose every step is
+    corrupt (now, or set aside by an earlier start) is refused in one line: starting over from
+    step 0 silently would throw the run away."""
+    try:
+        latest = ckpt.latest_step()
+    except birdjepa.runtime.checkpoint.CorruptCheckpointError as e:
+        ckpt.close()
+        raise birdjepa.runtime.checkpoint.CorruptCheckpointError(f"{e}{RESTART_HINT}") from None
+    aside = _set_aside_steps(ckpt_dir)
+    if latest is None and aside:
+        ckpt.close()
+        raise birdjepa.runtime.checkpoint.CorruptCheckpointError(
+            f"checkpoints: expected an intact step to resume from in {ckpt_dir}, got none: "
+            f"every step was corrupt and set aside ({', '.join(p.name for p in aside)})"
+            f"{RESTART_HINT}")
+    return latest
 
 
 def _check_resume(cfg, saved: dict, ckpt_dir: pathlib.Path, latest: int) -> None:
