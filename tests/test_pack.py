@@ -15,6 +15,7 @@ import pytest
 
 import birdjepa.data
 import birdjepa.data.pack
+import birdjepa.sources
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
 
@@ -72,8 +73,8 @@ def small_src(tmp_path_factory):
 
 def _pack_cli(src, dst, capsys, *extra) -> tuple[int, list[str]]:
     capsys.readouterr()
-    rc = birdjepa.data.pack.main([str(src), str(dst), "--shard_mb", "0.5", "--workers", "1",
-                                  *extra], lambda spec, split: birdjepa.data.resolve_shards(spec))
+    rc = birdjepa.sources.main(["pack", str(src), "--out_dir", str(dst), "--shard_mb", "0.5",
+                                "--workers", "1", *extra])
     return rc, capsys.readouterr().err.strip().splitlines()
 
 

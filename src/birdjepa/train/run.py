@@ -116,7 +116,7 @@ def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
 def _check_complete(cfg: birdjepa.config.Config, run_dir: pathlib.Path) -> None:
     """Refuse (ConfigError, naming the keys) a config that shapes the run differently from the
     one the finished run in `run_dir` trained under (its config.toml), unless resume="force"."""
-    path = run_dir / "config.toml"
+    path = birdjepa.runtime.rundir.config_file(run_dir)
     if cfg.resume == "force" or not path.is_file():
         return
     with open(path, "rb") as f:
