@@ -15,9 +15,9 @@ import pytest
 
 import birdjepa.data
 import birdjepa.data.pack
-import birdjepa.sources
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
+import birdjepa.sources
 
 
 def test_pack_resumes_after_sigkill(tmp_path):
