@@ -9,14 +9,15 @@ import time
 
 import pytest
 import resume_helpers
+import tiny
 
 
 @pytest.fixture(scope="module")
-def cfg_path(tmp_path_factory):
+def cfg_path(tmp_path_factory, demo_corpus):
     root = tmp_path_factory.mktemp("exit-status")
-    corpus = resume_helpers.write_corpus(root / "corpus")
+    corpus = demo_corpus(**resume_helpers.CORPUS)["out_dir"]
     path = root / "cfg.toml"
-    path.write_text(resume_helpers.tiny_toml(corpus, n_steps=40, ckpt_every=40))
+    path.write_text(tiny.tiny_toml(corpus, n_steps=40, ckpt_every=40))
     return path
 
 

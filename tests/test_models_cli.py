@@ -258,10 +258,10 @@ def test_predict_refuses_a_model_without_a_class_head(run_dir, corpus, tmp_path,
     assert "MODEL: expected a run directory" in capsys.readouterr().err
 
 
-def _export_cli(capsys, *argv) -> tuple[int, list[str]]:
-    """(exit status, stderr lines) of `python -m birdjepa.export ARGV`."""
+def _export_cli(capsys, run, out, *extra) -> tuple[int, list[str]]:
+    """(exit status, stderr lines) of `python -m birdjepa.export RUN --out_dir OUT EXTRA...`."""
     capsys.readouterr()
-    rc = birdjepa.export.main([str(a) for a in argv])
+    rc = birdjepa.export.main([str(run), "--out_dir", str(out), *map(str, extra)])
     return rc, capsys.readouterr().err.strip().splitlines()
 
 
@@ -304,7 +304,7 @@ def test_export_refuses_an_unfinished_run_unless_forced_and_the_card_says_so(run
 def test_export_refuses_non_finite_weights_in_one_line(run_dir, tmp_path, capsys, monkeypatch):
     """Issue 30 item 3: a diverged run exported NaN weights with exit 0. The checkpointer's own
     finiteness checks are switched off here, so the NaN reaches export's check."""
-    monkeypatch.setattr(birdjepa.runtime.checkpoint, "_nonfinite_leaf", lambda tree: None)
+    monkeypatch.setattr(birdjepa.runtime.integrity, "nonfinite_leaf", lambda tree: None)
     nan = _nan_run(run_dir, tmp_path / "nan")
     rc, err = _export_cli(capsys, nan, tmp_path / "out")
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), err

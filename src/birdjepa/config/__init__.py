@@ -224,7 +224,7 @@ cli = command_line.cli
 NOT_SHAPING = (
     "n_steps", "run_id", "run_dir", "resume", "eval_every", "log_every", "ckpt_every",
     "ckpt_keep", "wandb", "max_nonfinite", "distributed", "data.eval_shards",
-    "data.eval_batch_size", "peak_tflops", "model.remat", "model.attention",
+    "data.eval_label_column", "data.eval_batch_size", "peak_tflops", "model.remat", "model.attention",
     *(f"data.{f.name}" for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)
       if not f.metadata.get("shapes_stream", True)),
 )
