@@ -15,7 +15,9 @@ import tiny
 from test_models_cli import run_dir  # noqa: F401 (the shared tiny run fixture)
 
 import birdjepa
+import birdjepa.config
 import birdjepa.data.from_files
+import birdjepa.data.sources
 import birdjepa.data.table as table
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.evaluate
@@ -26,6 +28,7 @@ import birdjepa.evaluate.probes as probes
 import birdjepa.models.detect
 import birdjepa.models.embed_cli
 import birdjepa.models.inference as inference
+import birdjepa.runtime.launch
 
 pytestmark = pytest.mark.timeout(240)
 WINDOW = "1.0"
@@ -164,6 +167,23 @@ def test_evaluate_audio_root_for_relative_paths(moved, tmp_path, capsys):
     # The top-level one (--audio_root) is every test set's that leaves it out.
     (plan,) = checks.build(dataclasses.replace(cfg, audio_root=moved["rel_root"]))
     assert plan.spec.audio_root == moved["rel_root"]
+
+
+def test_pack_and_launch_dry_run_resolve_moved_data_the_same_way(moved, tmp_path, capsys):
+    args = ["pack", moved["train"], "--out_dir", str(tmp_path / "packed")]
+    assert birdjepa.data.sources.main(args) == 2  # checked before anything is written
+    line = _one_line(capsys.readouterr().err)
+    assert "row 0, column 'audio'" in line and "--path_map OLD=NEW" in line
+    assert birdjepa.data.sources.main(args + ["--path_map", f"{moved['old']}={moved['new']}"]) == 0
+    base = birdjepa.config.Config()
+    data = dataclasses.replace(base.data, train_shards=moved["train"],
+                               eval_shards=moved["test_5s"], label_column="ebird_code_multilabel")
+    lines = birdjepa.runtime.launch.check_shards(dataclasses.replace(base, data=data))
+    assert [ok for _, ok in lines] == [False, False] and "path_map" in lines[0][0], lines
+    data = dataclasses.replace(data, path_map={moved["old"]: moved["new"]})
+    lines = birdjepa.runtime.launch.check_shards(dataclasses.replace(base, data=data))
+    assert [ok for _, ok in lines] == [True, True], lines
+    assert "12/12 audio files found" in lines[0][0] and "4/4 audio files found" in lines[1][0]
 
 
 def test_help_names_the_moved_data_options(capsys):
