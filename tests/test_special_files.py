@@ -111,7 +111,7 @@ def test_evaluate_names_them_before_embedding(files, tmp_path, embed_calls):
     assert embed_calls == {"features": 0, "encode": 0}
 
 
-def test_pack_checks_the_open_file_too(files, tmp_path):
+def test_pack_checks_the_opened_file_too(files, tmp_path):
     """A file replaced by a FIFO after the up-front check is refused when opened (fstat of the
     open file), never read or waited on."""
     import birdjepa.data.pack as pack  # noqa: PLC0415

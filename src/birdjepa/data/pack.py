@@ -136,7 +136,7 @@ def _audio_array(src: Source, start: int, end: int,
                  max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> pa.StructArray:
     """The {bytes, path} audio of rows [start, end): each file read once, straight into one
     values buffer (no per-row bytes objects, no second copy); a file is read only if it is a
-    regular file within `max_audio_mb` once open (birdjepa.data.paths.open_file)."""
+    regular file within `max_audio_mb` once open (birdjepa.data.paths.open_regular)."""
     parts, paths = [], []
     for k in range(start, end):
         b, p, file = src.audio[k]
@@ -145,7 +145,7 @@ def _audio_array(src: Source, start: int, end: int,
                 f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}, column "
                 f"'{src.audio_column}': neither audio bytes nor a path")
         try:
-            parts.append(b if b else data_paths.open_file(file, max_audio_mb))
+            parts.append(b if b else data_paths.open_regular(file, max_audio_mb))
         except BaseException:
             for x in parts:
                 if not isinstance(x, bytes):

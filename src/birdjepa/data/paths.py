@@ -8,7 +8,7 @@ runs the same cases through both):
 2. A relative path is joined to `audio_root`, or, when that is empty, to the directory of the
    shard that stores it.
 
-Reading the file a path names (`read_file`, `open_file`, `check_file`: every Python reader of
+Reading the file a path names (`read_file`, `open_regular`, `check_file`: every Python reader of
 path-only audio, i.e. pack, embed, predict and evaluate, goes through them) follows the Rust
 loader's rule too: only a regular file of at most `max_audio_mb` MB is read; a FIFO, a device
 (/dev/zero) or a directory is a one-line birdjepa.DatasetError at once, never a hang.
@@ -90,7 +90,7 @@ def check_file(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB) -> i
     return st.st_size
 
 
-def open_file(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB
+def open_regular(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB
               ) -> tuple[io.FileIO, int]:
     """(unbuffered file, size) of a `usable` audio file: opened without blocking (a FIFO with
     no writer would block a plain open) and checked with fstat before a byte is read."""
@@ -106,9 +106,9 @@ def open_file(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB
 
 
 def read_file(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB) -> bytes:
-    """The bytes of the audio file at `path` (`open_file`'s checks); never more than the size
+    """The bytes of the audio file at `path` (`open_regular`'s checks); never more than the size
     fstat gave: a file that grows or shrinks while it is read is a DatasetError."""
-    f, size = open_file(path, max_audio_mb)
+    f, size = open_regular(path, max_audio_mb)
     with f:
         data = f.read(size + 1)
     if len(data) != size:
