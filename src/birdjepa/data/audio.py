@@ -17,19 +17,21 @@ from typing import Any
 import numpy as np
 
 import birdjepa._rs as _rs
+import birdjepa.data.paths
 
 FBANK_OPTIONS: tuple[str, ...] = tuple(_rs.FBANK_OPTIONS)
 
 
 def _bytes(data: bytes | bytearray | memoryview | str | os.PathLike) -> bytes:
-    """The encoded bytes of `data`: bytes-like as is, a path (str or PathLike) read from disk."""
+    """The encoded bytes of `data`: bytes-like as is, a path (str or PathLike) read from disk if
+    it is a regular file within the default max_audio_mb (`birdjepa.data.paths.read_file`: a
+    FIFO or a device is a DatasetError at once, never a hang)."""
     if isinstance(data, bytes):
         return data
     if isinstance(data, bytearray | memoryview):
         return bytes(data)
     if isinstance(data, str | os.PathLike):
-        with open(data, "rb") as f:
-            return f.read()
+        return birdjepa.data.paths.read_file(data)
     raise TypeError(f"data must be bytes or a path, got {type(data).__name__}")
 
 

@@ -15,6 +15,11 @@ small files on a network file system are slow.
   holding files pack did not write. DST is locked (`pack.lock`, flock) while pack writes: a
   second pack into it is refused. The first failed write (a full disk) stops the pack, and
   its temporary files are removed.
+* Path-only audio resolves with `audio_root` / `path_map` (birdjepa.data.paths, the loader's
+  rule). Before anything is written every such file is checked (stat only): a missing one, or
+  one that is not a regular file (a FIFO, /dev/zero, a directory) or is above `max_audio_mb`,
+  is one error naming the shard, the row and the file; files are read only after the same
+  check on the open file (a FIFO never blocks, a device is never read).
 * At the end the row count is verified and `state.json` / `dataset_info.json` make DST a
   `save_to_disk` directory (`datasets.load_from_disk` and `birdjepa.data.Loader` read it).
 """
@@ -34,7 +39,7 @@ import pyarrow as pa
 
 import birdjepa._rs
 import birdjepa.data.ipc
-import birdjepa.data.paths
+import birdjepa.data.paths as data_paths
 import birdjepa.runtime.cli_args as cli_args
 
 PLAN = "pack-plan.json"
@@ -82,7 +87,7 @@ class Source:
             data, stored = _audio_values(t.column(audio_column))
             d = os.path.dirname(os.path.abspath(f))
             for r, (b, p) in enumerate(zip(data, stored, strict=True)):
-                file = None if b else (p and birdjepa.data.paths.resolve(p, d, audio_root, path_map))
+                file = None if b else (p and data_paths.resolve(p, d, audio_root, path_map))
                 self.rows.append((i, r))
                 self.audio.append((b, p, file))
 
@@ -96,6 +101,24 @@ class Source:
             k += n
         return pa.chunked_array([c for p in parts for c in p.chunks],
                                 self.tables[0].schema.field(column).type).combine_chunks()
+
+    def check(self, max_audio_mb: float) -> None:
+        """Every path-only row's file exists and is a regular file within `max_audio_mb` MB
+        (stat only); else one DatasetError naming shard, row, stored path and file."""
+        for k, (b, p, file) in enumerate(self.audio):
+            if b or not file:
+                continue
+            i, r = self.rows[k]
+            where = f"{self.files[i]}: row {r}, column '{self.audio_column}'"
+            try:
+                data_paths.check_file(file, max_audio_mb)
+            except FileNotFoundError:
+                read_as = f", read as {file!r}" if file != p else ""
+                raise birdjepa._rs.DatasetError(
+                    f"{where}: stores {p!r}{read_as}, which does not exist; set --audio_root "
+                    "(relative paths) or --path_map OLD=NEW (a moved prefix)") from None
+            except birdjepa._rs.DatasetError as e:
+                raise birdjepa._rs.DatasetError(f"{where}: {e}") from None
 
     def size(self, k: int) -> int:
         b, _, file = self.audio[k]
@@ -120,9 +143,11 @@ def plan(src: Source, shard_bytes: int) -> list[tuple[int, int]]:
     return out
 
 
-def _audio_array(src: Source, start: int, end: int) -> pa.StructArray:
+def _audio_array(src: Source, start: int, end: int,
+                 max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> pa.StructArray:
     """The {bytes, path} audio of rows [start, end): each file read once, straight into one
-    values buffer (no per-row bytes objects, no second copy)."""
+    values buffer (no per-row bytes objects, no second copy); a file is read only if it is a
+    regular file within `max_audio_mb` once open (birdjepa.data.paths.open_regular)."""
     parts, paths = [], []
     for k in range(start, end):
         b, p, file = src.audio[k]
@@ -130,10 +155,16 @@ def _audio_array(src: Source, start: int, end: int) -> pa.StructArray:
             raise birdjepa._rs.DatasetError(
                 f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}, column "
                 f"'{src.audio_column}': neither audio bytes nor a path")
-        parts.append(b if b else open(file, "rb", buffering=0))  # noqa: SIM115 (closed below)
+        try:
+            parts.append(b if b else data_paths.open_regular(file, max_audio_mb))
+        except BaseException:
+            for x in parts:
+                if not isinstance(x, bytes):
+                    x[0].close()
+            raise
         paths.append(p)
-    sizes = np.array([len(x) if isinstance(x, bytes) else os.fstat(x.fileno()).st_size
-                      for x in parts], np.int64)
+    sizes = np.array([len(x) if isinstance(x, bytes) else x[1] for x in parts], np.int64)
+    parts = [x if isinstance(x, bytes) else x[0] for x in parts]
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     values = bytearray(int(offsets[-1]))
@@ -213,7 +244,8 @@ class Stopped(Exception):
 
 def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
                 progress=None, manifest: Manifest | None = None,
-                stop: threading.Event | None = None) -> int:
+                stop: threading.Event | None = None,
+                max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> int:
     """Rows [start, end) of `src` into `path` (via a temporary file, recorded in `manifest`,
     then renamed); raises Stopped once `stop` is set."""
     tmp = f"{path}.tmp"
@@ -225,7 +257,7 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
             cols = []
             for name in schema.names:
                 if name == src.audio_column:
-                    cols.append(_audio_array(src, a, b))
+                    cols.append(_audio_array(src, a, b, max_audio_mb))
                     continue
                 cols.append(src.take(name, a, b))
             w.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
@@ -287,7 +319,8 @@ def _lock(dst: str) -> int:
     return fd
 
 
-def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest) -> None:
+def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
+               max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> None:
     """Write the `todo` shards; the first failure cancels the queued ones, waits for the
     running ones, removes every temporary file, and is raised."""
     stop = threading.Event()
@@ -295,7 +328,7 @@ def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest) ->
     def one(i: int) -> int:
         try:
             return write_shard(src, schema, *ranges[i], os.path.join(dst, names[i]),
-                               bar.update, manifest, stop)
+                               bar.update, manifest, stop, max_audio_mb)
         except BaseException:
             stop.set()
             raise
@@ -336,11 +369,12 @@ def _finish(dst: str, names: list[str], schema: pa.Schema, n_rows: int) -> None:
 
 def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 4,
          audio_column: str = "audio", audio_root: str = "", path_map: dict | None = None,
-         progress: bool = True) -> dict:
+         progress: bool = True, max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> dict:
     """Pack the Arrow `files` (`birdjepa.data.resolve_shards(...)`) into `dst`; returns
     {"dst", "shards", "n_rows", "bytes", "seconds", "skipped"} (shards already done)."""
     t0 = time.perf_counter()
     src = Source(files, audio_column, audio_root, path_map)
+    src.check(max_audio_mb)
     ranges = plan(src, int(shard_mb * 1e6))
     n = len(ranges)
     names = [f"data-{i:05d}-of-{n:05d}.arrow" for i in range(n)]
@@ -360,7 +394,8 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
         todo = [i for i, nm in enumerate(names) if not manifest.holds(dst, nm)]
         bar = _Progress(sum(ranges[i][1] - ranges[i][0] for i in todo), progress)
         try:
-            _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest)
+            _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
+                       max_audio_mb)
         finally:
             bar.close()
         _finish(dst, names, schema, len(src.rows))
@@ -410,6 +445,9 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
     p.add_argument("--audio_root", default="",
                    help="directory relative audio paths start from")
     p.add_path_map()
+    p.add_argument("--max_audio_mb", type=cli_args.converter(float),
+                   default=data_paths.MAX_AUDIO_MB, help="a path-only audio file "
+                   "larger than this many MB is an error (only regular files are read at all)")
     p.add_argument("--split", default=None, help="the split of SRC to read, if it has several")
     return p
 
@@ -419,7 +457,7 @@ def run(a, resolve) -> int:
     try:
         s = pack(resolve(a.src, a.split), a.out_dir, shard_mb=a.shard_mb, workers=a.workers,
                  audio_column=a.audio_column, audio_root=a.audio_root,
-                 path_map=a.path_map or {})
+                 path_map=a.path_map or {}, max_audio_mb=a.max_audio_mb)
     except (birdjepa._rs.Error, OSError) as e:
         return cli_args.fail(e)
     print(f"packed {s['n_rows']} rows into {len(s['shards'])} shards ({s['bytes'] / 1e6:.1f} MB, "

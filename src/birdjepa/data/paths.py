@@ -7,10 +7,19 @@ runs the same cases through both):
    `NEW/x.wav` and leaves `/old/run10/x.wav` alone. The key "/" maps every absolute path.
 2. A relative path is joined to `audio_root`, or, when that is empty, to the directory of the
    shard that stores it.
+
+Reading the file a path names (`read_file`, `open_regular`, `check_file`: every Python reader of
+path-only audio, i.e. pack, embed, predict and evaluate, goes through them) follows the Rust
+loader's rule too: only a regular file of at most `max_audio_mb` MB is read; a FIFO, a device
+(/dev/zero) or a directory is a one-line birdjepa.DatasetError at once, never a hang.
 """
 
+import io
 import os
+import stat
 from collections.abc import Mapping
+
+import birdjepa._rs
 
 
 def _strip_components(stored: str, prefix: str) -> str | None:
@@ -41,3 +50,68 @@ def resolve(stored: str, shard_dir: str, audio_root: str = "",
     to `audio_root` (or `shard_dir`, the directory of the shard that stores it)."""
     p = map_path(stored, path_map)
     return p if os.path.isabs(p) else os.path.join(audio_root or shard_dir, p)
+
+
+# -- reading the file a path names: regular files only, bounded -------------------------------
+
+MAX_AUDIO_MB = 1024.0
+"""Default bound of one path-only audio file, MB (10^6 bytes): LoaderConfig.max_audio_mb's."""
+
+
+def _kind(st: os.stat_result) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            return name
+    return "not a regular file"
+
+
+def usable(path: str | os.PathLike, st: os.stat_result,
+           max_audio_mb: float = MAX_AUDIO_MB) -> None:
+    """Nothing if `st` (of `path`) is a regular file of at most `max_audio_mb` MB, else a
+    one-line birdjepa.DatasetError naming the file (the Rust loader's rule and words,
+    rust/src/shards/audio_file.rs: a FIFO, a device or a directory is never read)."""
+    if not stat.S_ISREG(st.st_mode):
+        raise birdjepa._rs.DatasetError(f"{os.fspath(path)}: expected a regular audio file, "
+                                        f"got {_kind(st)}")
+    if max_audio_mb > 0 and st.st_size > max_audio_mb * 1e6:
+        raise birdjepa._rs.DatasetError(
+            f"{os.fspath(path)}: expected at most max_audio_mb={max_audio_mb:g} MB, got "
+            f"{st.st_size / 1e6:.1f} MB (raise max_audio_mb to read it)")
+
+
+def check_file(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB) -> int:
+    """The size of the audio file at `path` without opening it (stat only: a FIFO cannot
+    block); FileNotFoundError (an OSError) if it is missing, `usable`'s DatasetError if it is
+    not a regular file or too large."""
+    st = os.stat(path)
+    usable(path, st, max_audio_mb)
+    return st.st_size
+
+
+def open_regular(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB
+              ) -> tuple[io.FileIO, int]:
+    """(unbuffered file, size) of a `usable` audio file: opened without blocking (a FIFO with
+    no writer would block a plain open) and checked with fstat before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        usable(path, st, max_audio_mb)
+        os.set_blocking(fd, True)
+        return io.FileIO(fd, "rb", closefd=True), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_file(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB) -> bytes:
+    """The bytes of the audio file at `path` (`open_regular`'s checks); never more than the size
+    fstat gave: a file that grows or shrinks while it is read is a DatasetError."""
+    f, size = open_regular(path, max_audio_mb)
+    with f:
+        data = f.read(size + 1)
+    if len(data) != size:
+        raise birdjepa._rs.DatasetError(f"{os.fspath(path)}: the file changed while it was read "
+                                        f"({size} bytes at open, {len(data)} read)")
+    return data

@@ -14,10 +14,12 @@ from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 
+import birdjepa
 import birdjepa.data
 import birdjepa.data.ipc
-import birdjepa.data.paths
+import birdjepa.data.paths as data_paths
 import birdjepa.data.sources
 
 
@@ -103,7 +105,7 @@ def audio_bytes(table: pa.Table, column: str = "audio", base_dir: str = "", *,
         paths = col.field("path").to_pylist() if has_path else [None] * len(col)
     else:
         return col.to_pylist()
-    return [b if b else (birdjepa.data.paths.resolve(p, base_dir, audio_root, path_map)
+    return [b if b else (data_paths.resolve(p, base_dir, audio_root, path_map)
                          if p else None)
             for b, p in zip(data, paths, strict=True)]
 
@@ -119,6 +121,66 @@ def read_audio(source, column: str = "audio", *, audio_root: str = "",
     return [a for p in birdjepa.data.resolve_shards(source)
             for a in audio_bytes(_read_shard(p, [column]), column, os.path.dirname(p),
                                  audio_root=audio_root, path_map=path_map)]
+
+
+def _stored_paths(tbl: pa.Table, column: str) -> list[tuple[int, str]]:
+    """(row, stored path) of the path-only rows of `tbl` (no bytes, a path), without touching
+    the bytes themselves (memory-mapped shards stay unread)."""
+    col = tbl.column(column).combine_chunks()
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        stored = col.to_pylist()
+    elif pa.types.is_struct(col.type) and col.type.get_field_index("path") >= 0:
+        has_bytes = col.type.get_field_index("bytes") >= 0
+        empty = (col.field("bytes").is_null().to_pylist() if has_bytes else [True] * len(col))
+        if has_bytes:  # b"" is no audio either
+            lengths = pa.compute.binary_length(col.field("bytes")).fill_null(0).to_pylist()
+            empty = [e or n == 0 for e, n in zip(empty, lengths, strict=True)]
+        stored = [p if e else None for p, e in zip(col.field("path").to_pylist(), empty,
+                                                     strict=True)]
+    else:
+        return []
+    return [(i, p) for i, p in enumerate(stored) if p]
+
+
+def check_audio_files(source, column: str = "audio", *, audio_root: str = "",
+                      path_map: Mapping[str, str] | None = None,
+                      max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> dict:
+    """Every path-only row's file, resolved as `read_audio` resolves it and checked as the
+    readers read it (`birdjepa.data.paths.check_file`: stat only, so a FIFO cannot block).
+    Returns {"checked": path-only rows, "missing": [(where, stored, resolved)], "unusable":
+    [(where, why)]}, `where` naming shard and row ("row i" for a datasets.Dataset)."""
+    if is_dataset(source):
+        parts = [("", "", read(source, [column]))]
+    else:
+        parts = [(p, os.path.dirname(p), _read_shard(p, [column]))
+                 for p in birdjepa.data.resolve_shards(source)]
+    out: dict = {"checked": 0, "missing": [], "unusable": []}
+    for shard, base_dir, tbl in parts:
+        for row, stored in _stored_paths(tbl, column):
+            out["checked"] += 1
+            path = data_paths.resolve(stored, base_dir, audio_root, path_map)
+            where = f"{shard}: row {row}" if shard else f"row {row}"
+            try:
+                data_paths.check_file(path, max_audio_mb)
+            except OSError:
+                out["missing"].append((where, stored, path))
+            except birdjepa.DatasetError as e:
+                out["unusable"].append((where, str(e)))
+    return out
+
+
+def moved_hint(missing: list, audio_root: str = "--audio_root DIR",
+               path_map: str = "--path_map OLD=NEW") -> str:
+    """What fixes `check_audio_files`' missing files, naming the settings as the caller spells
+    them: the first one's stored and resolved path, then `path_map` (an absolute stored path:
+    map the stored prefix OLD to the local NEW) or `audio_root` (a relative one)."""
+    where, stored, path = missing[0]
+    said = f"{where} stores {stored!r}" + (f", read as {path!r}" if path != stored else "")
+    if os.path.isabs(stored):
+        fix = f"set {path_map} (the stored prefix OLD and where the files are now, NEW)"
+    else:
+        fix = f"set {audio_root} (the directory the relative paths start from) or {path_map}"
+    return f"{said}, which does not exist; {fix}"
 
 
 def class_names(source, column: str) -> list[str] | None:

@@ -53,12 +53,13 @@ def pool_of(enc, cfg: config.EvalConfig) -> str:
 
 
 def cache_key(enc, source, w: embed.Windows, pool: str, audio_column: str,
-              data_fp: str) -> str:
-    """sha256 (16 hex) of everything the embeddings of `source` by `enc` depend on."""
+              data_fp: str, files: dict | None = None) -> str:
+    """sha256 (16 hex) of everything the embeddings of `source` by `enc` depend on (`files`:
+    where path-only audio is read, when audio_root or path_map is set)."""
     blob = json.dumps({
         "version": CACHE_VERSION, "encoder": enc.digest, "model": repr(enc.model.cfg),
         "windows": dataclasses.asdict(w), "pool": pool, "audio_column": audio_column,
-        "data": data_fp}, sort_keys=True, default=str)
+        "data": data_fp, **({"files": files} if files else {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -93,16 +94,22 @@ def _save(path: pathlib.Path, arrays: dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
+def files(spec: config.TestSet) -> dict:
+    """A resolved test set's path-only audio settings ({} when it sets none)."""
+    return {k: v for k, v in (("audio_root", spec.audio_root), ("path_map", spec.path_map))
+            if v}
+
+
 def _embed_split(encoders, source, role: str, n_rows: int, cfg, cache_dir: pathlib.Path,
-                 verbose: bool) -> dict[str, dict]:
+                 verbose: bool, moved: dict) -> dict[str, dict]:
     """{encoder name: arrays} for one split: from the cache, or encoded from log-mel features
-    computed once per window shape and shared by the encoders."""
+    computed once per window shape and shared by the encoders (`moved`: `files(spec)`)."""
     data_fp = table.fingerprint(source, cfg.audio_column)
     feats: dict = {}
     out = {}
     for enc in encoders:
         w, pool = windows(enc, cfg, role), pool_of(enc, cfg)
-        key = cache_key(enc, source, w, pool, cfg.audio_column, data_fp)
+        key = cache_key(enc, source, w, pool, cfg.audio_column, data_fp, moved)
         path = cache_dir / enc.name / f"{role}-{key}.npz"
         if path.exists():
             out[enc.name] = _load(path)
@@ -117,7 +124,7 @@ def _embed_split(encoders, source, role: str, n_rows: int, cfg, cache_dir: pathl
                 feats[w] = []
                 batches = _counted(_kept(embed.features(
                     source, w, batch_size=cfg.batch_size, audio_column=cfg.audio_column,
-                    n_workers=cfg.n_workers), feats[w]), bar)
+                    n_workers=cfg.n_workers, **moved), feats[w]), bar)
             arrays = embed.encode(enc.model, batches, (pool, "patches"),
                                   batch_size=cfg.batch_size)
         arrays["pooled"] = arrays.pop(pool)
@@ -131,13 +138,15 @@ def embed_all(encoders, plans, cfg: config.EvalConfig, cache_dir: pathlib.Path, 
     """{(encoder, "train" | "test", test set name): arrays "pooled", "patches", "row",
     "start_s"}; each distinct split is embedded once per encoder (its features held only
     while it is embedded)."""
-    splits: dict[tuple[str, str], list[str]] = {}
-    n_rows = {}
+    splits: dict[tuple[str, str, str], list[str]] = {}
+    n_rows, moved = {}, {}
     for tp in plans:
         for role, source, n in (("train", tp.spec.train_shards, len(tp.y_train)),
                                 ("test", tp.spec.test_shards, len(tp.y_test))):
-            splits.setdefault((role, str(source)), []).append(tp.spec.name)
-            n_rows[(role, str(source))] = n
+            where = files(tp.spec)  # a split read with other path settings is another split
+            split = (role, str(source), json.dumps(where, sort_keys=True))
+            splits.setdefault(split, []).append(tp.spec.name)
+            n_rows[split], moved[split] = n, where
     out = {}
     for enc in (e for e in encoders if e.model is None):  # precomputed: read, not embedded
         for tp in plans:
@@ -145,9 +154,10 @@ def embed_all(encoders, plans, cfg: config.EvalConfig, cache_dir: pathlib.Path, 
                 out[(enc.name, role, tp.spec.name)] = external.load(enc.run_dir, tp.spec.name,
                                                                     role, cfg.pool)
     encoders = [e for e in encoders if e.model is not None]
-    for (role, source), names in splits.items():
-        got = _embed_split(encoders, source, role, n_rows[(role, source)], cfg, cache_dir,
-                           verbose) if encoders else {}
+    for split, names in splits.items():
+        role, source, _ = split
+        got = _embed_split(encoders, source, role, n_rows[split], cfg, cache_dir, verbose,
+                           moved[split]) if encoders else {}
         for enc_name, arrays in got.items():
             for name in names:
                 out[(enc_name, role, name)] = arrays

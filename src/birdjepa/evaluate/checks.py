@@ -15,6 +15,7 @@ other side's list; without names on either, classes are the ids 0..max.
 """
 
 import dataclasses
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +61,25 @@ def _columns(source, key: str, need: list[tuple[str, str]], fail: _Fail) -> None
     for col_key, col in need:
         if col not in cols:
             raise fail(col_key, f"a column of {source} (one of {cols})", repr(col))
+
+
+def _audio_files(cfg: config.EvalConfig, ts: config.TestSet, key: str, fail: _Fail) -> None:
+    """Every path-only row of split `key` names a regular audio file once resolved with the
+    test set's audio_root / path_map (as the embedding reads it): a missing one names the
+    setting that fixes it."""
+    got = table.check_audio_files(getattr(ts, key), cfg.audio_column,
+                                  audio_root=ts.audio_root or "", path_map=ts.path_map)
+    if got["missing"]:
+        stored = got["missing"][0][1]
+        raise fail("path_map" if os.path.isabs(stored) else "audio_root",
+                   f"the audio files the path-only rows of {key} name",
+                   f"{len(got['missing'])} of {got['checked']} missing: " + table.moved_hint(
+                       got["missing"], audio_root="audio_root = DIR (--audio_root DIR)",
+                       path_map="path_map = {OLD = NEW} (--path_map OLD=NEW)"))
+    if got["unusable"]:
+        raise fail(key, "regular audio files (within max_audio_mb) in its path-only rows",
+                   f"{len(got['unusable'])} of {got['checked']} unreadable, "
+                   "{}: {}".format(*got["unusable"][0]))
 
 
 def _first_line(e: Exception) -> str:
@@ -139,6 +159,8 @@ def build_one(cfg: config.EvalConfig, ts: config.TestSet) -> TestSetPlan:
     _columns(ts.train_shards, "train_shards", [("audio_column", cfg.audio_column),
                                                ("train_label_column", ts.train_label_column)],
              fail)
+    for key in ("test_shards", "train_shards"):
+        _audio_files(cfg, ts, key, fail)
     tr = _labels(ts.train_shards, ts.train_label_column, "train_label_column", fail)
     te = _labels(ts.test_shards, ts.test_label_column, "test_label_column", fail)
     classes, y_train, y_test = _class_lists(ts, tr, te, fail)

@@ -37,6 +37,12 @@ class TestSet:
     """None: the top-level test_label_column."""
     train_label_column: str | None = None
     """None: the top-level train_label_column."""
+    audio_root: str | None = None
+    """Path-only audio of this test set's splits: the directory relative paths start from;
+    None: the top-level audio_root."""
+    path_map: dict[str, str] | None = None
+    """Path-only audio of this test set's splits moved since they were written: {stored prefix
+    = local prefix}, over the top-level path_map (a key in both: this one's value)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +65,15 @@ class EvalConfig:
     config, e.g. "HSN" for .../birdset/HSN/0.0.4/<hash>:test_5s, else the directory name)."""
     audio_column: str = "audio"
     """Audio column of both splits."""
+    audio_root: str = ""
+    """Path-only audio (HF Audio with null bytes and a path, or a column of paths): the
+    directory relative paths start from ("": the directory of the shard that stores them), for
+    every test set (one may set its own)."""
+    path_map: dict[str, str] | None = None
+    """Path-only audio moved since it was written: {stored prefix = local prefix} over whole
+    path components (birdjepa.data.paths, the loader's rule), e.g. {"/home/me/data" =
+    "/scratch/data"}; on the command line --path_map OLD=NEW, repeated. For every test set (a
+    test set's own path_map adds to it)."""
     train_label_column: str = "label"
     """Label column of the training split: int or list<int>."""
     test_label_column: str = "ebird_code_multilabel"
@@ -195,7 +210,9 @@ def test_sets(cfg: EvalConfig) -> list[TestSet]:
             name=name, test_shards=t.test_shards,
             train_shards=t.train_shards if t.train_shards is not None else cfg.train_shards,
             test_label_column=t.test_label_column or cfg.test_label_column,
-            train_label_column=t.train_label_column or cfg.train_label_column))
+            train_label_column=t.train_label_column or cfg.train_label_column,
+            audio_root=cfg.audio_root if t.audio_root is None else t.audio_root,
+            path_map={**(cfg.path_map or {}), **(t.path_map or {})} or None))
     return out
 
 

@@ -60,7 +60,8 @@ def probabilities(m: export.Model, src: runner.Source, args) -> tuple[dict, np.n
     durations: dict[int, float] = {}
     out = runner.encode(m, src, w, (pool,), batch_size=args.batch_size,
                         n_workers=args.n_workers, audio_column=args.audio_column,
-                        progress=not args.quiet, durations=durations)
+                        progress=not args.quiet, durations=durations,
+                        settings=runner.files(args))
     emb = jnp.asarray(out[pool].reshape(len(out["row"]), -1))
     logits = np.asarray(eqx.filter_jit(lambda h, x: h(x))(m.head, emb))
     act = jax.nn.softmax if args.activation == "softmax" else jax.nn.sigmoid
@@ -101,19 +102,23 @@ def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
 def predict(model, source, *, window_s: float = 5.0, hop_s: float | None = None,
             centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
             activation: str = "softmax", batch_size: int = 64, n_workers: int = 2,
-            audio_column: str = "audio") -> dict[str, pa.Array]:
+            audio_column: str = "audio", audio_root: str = "",
+            path_map: dict[str, str] | None = None) -> dict[str, pa.Array]:
     """`birdjepa.predict(model, source)`: the detection rows `python -m birdjepa.predict` writes
     ({column: pyarrow array}; `pyarrow.table(rows)` makes the table). `model`: a run or export
     directory or a `birdjepa.models.Model`; `source`: what SOURCE takes (audio files,
-    directories, shards) as a path or a list of them."""
+    directories, shards) as a path or a list of them; `audio_root` / `path_map`: where a
+    table's path-only audio is now (birdjepa.data.paths)."""
     args = argparse.Namespace(window_s=window_s, hop_s=hop_s, centre=centre, top_k=top_k,
                               min_conf=min_conf, activation=activation, batch_size=batch_size,
                               n_workers=n_workers, audio_column=audio_column, quiet=True,
-                              out=None, out_dir=None, format="table")
+                              out=None, out_dir=None, format="table", audio_root=audio_root,
+                              path_map=path_map)
     check_args(args, out_required=False)
     m = model if isinstance(model, export.Model) else export.open_model(model)
     src = runner.resolve([str(s) for s in (source if isinstance(source, list | tuple)
                                            else [source])], audio_column)
+    runner.check_files(src, audio_column, runner.files(args))
     where, probs = probabilities(m, src, args)
     return detections(where, probs, m.classes, min_conf=min_conf, top_k=top_k)
 
@@ -122,6 +127,7 @@ def run(args: argparse.Namespace) -> dict:
     check_args(args)
     m = export.open_model(args.model)
     src = runner.resolve(args.source, args.audio_column)
+    runner.check_files(src, args.audio_column, runner.files(args))
     if args.format == "raven" and src.files is None:
         raise ValueError("--format raven: expected audio files as SOURCE (Raven Pro opens "
                          f"files), got the table {args.source[0]!r}")

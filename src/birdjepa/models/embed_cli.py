@@ -36,13 +36,14 @@ def run(args: argparse.Namespace) -> dict:
     runner.check_args(args, SUFFIXES)
     m = export.open_model(args.model)
     src = runner.resolve(args.source, args.audio_column)
+    runner.check_files(src, args.audio_column, runner.files(args))
     w = runner.windows(m, args)
     pools = tuple(dict.fromkeys(args.pool or [m.encoder.cfg.pool]))
     durations: dict[int, float] = {}
     out = runner.encode(m, src, w, pools + (("patches",) if args.patches else ()),
                         batch_size=args.batch_size, n_workers=args.n_workers,
                         audio_column=args.audio_column, progress=not args.quiet,
-                        durations=durations)
+                        durations=durations, settings=runner.files(args))
     cols = runner.where(src, out, w, durations)
     for p in pools:
         cols[f"emb_{p}"] = runner.vectors(out[p].reshape(len(out["row"]), -1))

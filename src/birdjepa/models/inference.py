@@ -29,12 +29,16 @@ import pyarrow as pa
 import birdjepa
 import birdjepa.data
 import birdjepa.data.audio
+import birdjepa.data.paths
 import birdjepa.data.table as table
 import birdjepa.model
 import birdjepa.models
 import birdjepa.runtime.rundir
 
 POOLS = ("cls", "mean", "patches")
+SKIPPED = (birdjepa.AudioError, birdjepa.DatasetError, OSError)
+"""What makes a recording a counted skip: undecodable audio, a path-only file that is missing
+(OSError) or not a regular file within max_audio_mb (DatasetError)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,11 +112,13 @@ def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model
 # -- sources ----------------------------------------------------------------------------------
 
 
-def _items(source, audio_column: str, channels_first: bool = False
-           ) -> Iterator[tuple[int, str, object]]:
+def _items(source, audio_column: str, channels_first: bool = False, *, audio_root: str = "",
+           path_map=None) -> Iterator[tuple[int, str, object]]:
     """(row id, name for messages, bytes | path | (wave, sr) | None) per recording, one at a
     time (files are read when their turn comes; shards one shard at a time); a raw wave follows
-    birdjepa.data.audio.as_mono's convention."""
+    birdjepa.data.audio.as_mono's convention; a table's path-only rows resolve with
+    `audio_root` / `path_map` (birdjepa.data.paths.resolve)."""
+    moved = dict(audio_root=audio_root, path_map=path_map)
     if isinstance(source, bytes | bytearray | memoryview):
         yield 0, "the bytes", bytes(source)
     elif is_audio_files(source):
@@ -126,12 +132,12 @@ def _items(source, audio_column: str, channels_first: bool = False
             source).endswith(".arrow"):
         yield 0, str(source), str(source)
     elif table.is_dataset(source):
-        yield from ((i, f"row {i}", a) for i, a in enumerate(table.read_audio(source,
-                                                                              audio_column)))
+        yield from ((i, f"row {i}", a) for i, a in enumerate(table.read_audio(
+            source, audio_column, **moved)))
     else:
         row = 0
         for shard in birdjepa.data.resolve_shards(source):
-            for a in table.read_audio(shard, audio_column):
+            for a in table.read_audio(shard, audio_column, **moved):
                 yield row, f"row {row} of {source}", a
                 row += 1
 
@@ -168,8 +174,9 @@ class Failures:
         warnings.warn(self.summary(), RuntimeWarning, stacklevel=4)
 
 
-def _plan(item, w: Windows):
-    """(duration_s, window starts, window(start) -> normalised features) of one recording."""
+def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB):
+    """(duration_s, window starts, window(start) -> normalised features) of one recording (a
+    path: a regular file of at most `max_audio_mb` MB, birdjepa.data.paths.read_file)."""
     if item is None:
         raise birdjepa.EmptyAudioError("no audio (neither bytes nor a path)")
     if isinstance(item, tuple):
@@ -184,7 +191,8 @@ def _plan(item, w: Windows):
             return w.normalise(birdjepa.data.audio.fbank(piece, sample_rate=w.sample_rate,
                                                          n_mels=w.n_mels))
         return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut
-    data = birdjepa.data.audio._bytes(item)
+    data = (birdjepa.data.paths.read_file(item, max_audio_mb) if isinstance(item, str | os.PathLike)
+            else birdjepa.data.audio._bytes(item))
     info = birdjepa.data.audio.info(data)
     n, sr = info["n_frames"], info["sample_rate"]
     if n is None:  # no length in the header: decode to count
@@ -196,14 +204,15 @@ def _plan(item, w: Windows):
     return n / sr, w.starts(n, sr), clip
 
 
-def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None):
+def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None,
+                  max_audio_mb: float):
     """(row, name, start_s, features thunk) per window, recording after recording; a recording
     whose header cannot be read is a counted failure."""
     for row, name, item in items:
         failures.n_items += 1
         try:
-            dur, starts, fn = _plan(item, w)
-        except (birdjepa.AudioError, OSError) as e:
+            dur, starts, fn = _plan(item, w, max_audio_mb)
+        except SKIPPED as e:
             failures.add(name, e)
             continue
         if durations is not None:
@@ -213,11 +222,11 @@ def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None)
 
 
 def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures: Failures,
-                   durations: dict | None):
+                   durations: dict | None, max_audio_mb: float):
     """Windows transformed in `n_workers` threads, at most ~2 batches ahead of the consumer
     (memory flat in the number and length of recordings), regrouped into full batches (only the
     last is short). A window that fails drops the rest of its recording (named in failures)."""
-    tasks = _window_tasks(items, w, failures, durations)
+    tasks = _window_tasks(items, w, failures, durations, max_audio_mb)
     ahead = max(2 * batch_size, 4 * n_workers)
     queue, failed = collections.deque(), set()
     xs, rows, starts = [], [], []
@@ -237,7 +246,7 @@ def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures:
                 continue
             try:
                 x = fut.result()
-            except (birdjepa.AudioError, OSError) as e:
+            except SKIPPED as e:
                 failed.add(row)
                 failures.add(name if s == 0 else f"{name} at {s:g} s", e)
                 continue
@@ -270,14 +279,16 @@ def _is_table_source(source) -> bool:
         and not str(source).endswith(".arrow")))
 
 
-def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_workers: int):
+def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_workers: int,
+                     files: dict):
     """Centre windows of every row through the Rust loader's eval mode (one pass in row order;
-    rows that fail to decode are skipped with the loader's warning naming file and row)."""
+    rows that fail to decode are skipped with the loader's warning naming file and row);
+    `files`: the loader's audio_root, path_map and max_audio_mb."""
     cfg = birdjepa.data.LoaderConfig(
         n_workers=max(1, n_workers), n_frames=w.n_frames, n_mels=w.n_mels, clip_s=w.window_s,
         sample_rate=w.sample_rate, mean=w.mean, std=w.std, audio_column=audio_column,
         label_column=None, segment=w.segment, segment_start_column=w.segment_columns[0],
-        segment_end_column=w.segment_columns[1])
+        segment_end_column=w.segment_columns[1], **files)
     with birdjepa.data.Loader(source, config=cfg, mode="eval", batch_size=batch_size) as loader:
         for b in loader:
             ok = b["valid"]
@@ -287,7 +298,9 @@ def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_w
 
 def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "audio",
              n_workers: int = 2, engine: str = "auto", channels_first: bool = False,
-             durations: dict | None = None, failures: Failures | None = None
+             durations: dict | None = None, failures: Failures | None = None,
+             audio_root: str = "", path_map: dict[str, str] | None = None,
+             max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB
              ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Batches (x (b, n_frames, n_mels) float32, row ids (b,), start_s (b,)); a batch may be
     short. `engine`: "loader" batches centre windows of shards or a `datasets.Dataset` through
@@ -296,7 +309,9 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
     consumer and regrouped so only the last batch is short; "auto" takes the loader where it
     applies (centre windows of a table source). "clip" fills `durations` (row -> seconds) when
     given; with `failures` given the caller reports them (`Failures.report`), else a recording
-    that fails is a counted skip with one warning at the end (all failing: an error)."""
+    that fails is a counted skip with one warning at the end (all failing: an error). Path-only
+    rows of a table resolve with `audio_root` / `path_map` (birdjepa.data.paths.resolve, the
+    loader's rule) and are read only if they are regular files within `max_audio_mb` MB."""
     if engine not in ("auto", "loader", "clip"):
         raise ValueError(f"engine: expected 'auto', 'loader' or 'clip', got {engine!r}")
     use_loader = w.centre and _is_table_source(source)
@@ -308,11 +323,13 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
         raise ValueError("engine='loader': expected centre windows of shards or a "
                          f"datasets.Dataset, got centre={w.centre} and {type(source).__name__}")
     if engine != "clip" and use_loader:
-        yield from _loader_features(source, w, batch_size, audio_column, n_workers)
+        yield from _loader_features(source, w, batch_size, audio_column, n_workers, dict(
+            audio_root=audio_root, path_map=path_map or None, max_audio_mb=max_audio_mb))
         return
     fails = Failures() if failures is None else failures
-    yield from _clip_features(_items(source, audio_column, channels_first), w, batch_size,
-                              n_workers, fails, durations)
+    items = _items(source, audio_column, channels_first, audio_root=audio_root,
+                   path_map=path_map)
+    yield from _clip_features(items, w, batch_size, n_workers, fails, durations, max_audio_mb)
     if failures is None:
         fails.report()
 
@@ -380,7 +397,8 @@ def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | N
           audio_column: str = "audio", n_workers: int = 2, out: str | os.PathLike | None = None,
           step: int | None = None, segment: str = "centre",
           segment_columns: tuple[str, str] = ("start_time", "end_time"),
-          channels_first: bool = False) -> dict[str, np.ndarray]:
+          channels_first: bool = False, audio_root: str = "",
+          path_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Embeddings of every window of `source` by a frozen encoder, via the training transform.
 
     `encoder_or_run_dir`: a `birdjepa.model.ViT`, a run directory (latest checkpoint, or
@@ -394,7 +412,9 @@ def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | N
     "cls", "mean",
     "patches" or a tuple of them; None means the encoder's own pooling (model.pool).
     `segment="columns"` (with `centre=True`, shards) embeds each row's [start, end] seconds from
-    `segment_columns` (e.g. BirdSet's event-level test split), cut exactly there.
+    `segment_columns` (e.g. BirdSet's event-level test split), cut exactly there. Path-only
+    audio of a table moved since it was written: `path_map` {stored prefix: local prefix} and
+    `audio_root` (relative paths), as the loader takes them (birdjepa.data.paths).
 
     Returns {pool name: (windows, d) or, for "patches", (windows, patches, d) float32,
     "row": (windows,) int64 row id (0 for a single recording), "start_s": (windows,) float64}.
@@ -406,7 +426,8 @@ def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | N
     w = Windows(window_s=window_s, hop_s=hop_s, centre=centre, n_frames=n_frames, n_mels=n_mels,
                 segment=segment, segment_columns=tuple(segment_columns))
     batches = features(source, w, batch_size=batch_size, audio_column=audio_column,
-                       n_workers=n_workers, channels_first=channels_first)
+                       n_workers=n_workers, channels_first=channels_first,
+                       audio_root=audio_root, path_map=path_map)
     result = encode(enc, batches, pools, batch_size=batch_size)
     if out is not None:
         write(result, out)

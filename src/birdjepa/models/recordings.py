@@ -21,6 +21,7 @@ import pyarrow.parquet
 import tqdm
 
 import birdjepa
+import birdjepa.data.paths
 import birdjepa.data.table as table
 import birdjepa.models.artifact as export
 import birdjepa.models.inference as embed
@@ -120,6 +121,13 @@ def add_common(p: cli_args.Parser, *, window_s: float = 5.0, out_required: bool 
     p.add_argument("--n_workers", type=cli_args.converter(int), default=2,
                    help="threads decoding and transforming audio")
     p.add_argument("--audio_column", default="audio", help="audio column of a table SOURCE")
+    p.add_argument("--audio_root", default="", help="path-only audio of a table SOURCE: the "
+                   "directory its relative paths start from (default: the shard's directory)")
+    p.add_path_map(help="path-only audio of a table SOURCE moved since it was written: read "
+                   "the stored path prefix OLD as NEW (whole path components; repeat for more)")
+    p.add_argument("--max_audio_mb", type=cli_args.converter(float),
+                   default=birdjepa.data.paths.MAX_AUDIO_MB, help="a path-only audio file "
+                   "larger than this many MB is skipped (only regular files are read at all)")
     p.add_flag("quiet", "no progress bar on stderr")
 
 
@@ -156,16 +164,40 @@ class Progress:
         self.bar.close()
 
 
+def files(args) -> dict:
+    """The path-only audio settings of the command line `args` (None: the defaults)."""
+    return {"audio_root": getattr(args, "audio_root", "") or "",
+            "path_map": getattr(args, "path_map", None) or None,
+            "max_audio_mb": getattr(args, "max_audio_mb", birdjepa.data.paths.MAX_AUDIO_MB)}
+
+
+def check_files(src: Source, audio_column: str, settings: dict) -> None:
+    """Before any compute: a table SOURCE's path-only audio files resolve (`--audio_root`,
+    `--path_map`) to regular files; none readable is one ValueError naming the first and the
+    setting that fixes it (some unreadable: counted skips while embedding)."""
+    if src.shards is None:
+        return
+    got = table.check_audio_files(src.shards, audio_column, **settings)
+    bad = len(got["missing"]) + len(got["unusable"])
+    if not got["checked"] or bad < got["checked"]:
+        return
+    why = (table.moved_hint(got["missing"]) if got["missing"] else
+           "{}: {}".format(*got["unusable"][0]))
+    raise ValueError(f"SOURCE: none of the {got['checked']} path-only audio files of "
+                     f"{src.shards!r} can be read ({len(got['missing'])} missing): {why}")
+
+
 def encode(m: export.Model, src: Source, w: embed.Windows, pools: tuple[str, ...], *,
            batch_size: int = 64, n_workers: int = 2, audio_column: str = "audio",
-           progress: bool = True, durations: dict | None = None) -> dict[str, np.ndarray]:
+           progress: bool = True, durations: dict | None = None,
+           settings: dict | None = None) -> dict[str, np.ndarray]:
     """`birdjepa.models.inference.encode` over the windows of `src`, with a progress bar;
-    `durations` (row -> seconds) is filled. Recordings that fail are counted skips, summed up
-    by kind in one warning at the end (all failing: an error)."""
+    `durations` (row -> seconds) is filled; `settings`: `files(args)`. Recordings that fail
+    are counted skips, summed up by kind in one warning at the end (all failing: an error)."""
     failures = embed.Failures(what="SOURCE")
     batches = embed.features(src.data, w, batch_size=batch_size, audio_column=audio_column,
                              n_workers=n_workers, engine="clip", durations=durations,
-                             failures=failures)
+                             failures=failures, **(settings or files(None)))
     bar = Progress(len(src), progress)
     try:
         out = embed.encode(m.encoder, batches, pools, batch_size=batch_size, progress=bar)
@@ -274,6 +306,9 @@ def check_args(args: argparse.Namespace, suffixes: tuple[str, ...]) -> None:
     for name, value in (("--batch_size", args.batch_size), ("--n_workers", args.n_workers)):
         if value < 1:
             raise ValueError(f"{name}: expected an integer >= 1, got {value}")
+    mb = files(args)["max_audio_mb"]
+    if not (math.isfinite(mb) and mb > 0):
+        raise ValueError(f"--max_audio_mb: expected MB > 0, got {mb}")
     if args.out is not None:
         check_out(args.out, suffixes)
 
