@@ -85,20 +85,22 @@ def onnx_lines(meta: dict) -> list[str]:
     """The ONNX contract and how to compute its input without this package."""
     a, o = meta["audio"], meta["onnx"]
     (name, shape), = o["input"].items()
-    outs = [f"- `{k}` float32 {tuple(v)}" for k, v in o["outputs"].items()]
+    outs = [f"- `{k}` float32 ({', '.join(map(str, v))})" for k, v in o["outputs"].items()]
+    head = ("`probabilities` is the softmax of `logits` over the classes (one class per window, "
+            "as the supervised objective trains; take a sigmoid of `logits` for independent "
+            "classes); the classes in index order are `head.classes` in config.json. "
+            if "logits" in o["outputs"] else "")
     return [
         "## ONNX",
         "",
-        f"`{o['file']}`: input `{name}` float32 {tuple(shape)} (the batch is dynamic, the "
+        f"`{o['file']}`: input `{name}` float32 ({', '.join(map(str, shape))}) (the batch is "
+        "dynamic, the "
         f"time axis is fixed at {a['n_frames']} frames); outputs:",
         "",
         *outs,
         "",
-        f"`embedding` is the encoder's pooled embedding (pool `{o['pool']}`). `probabilities` "
-        "is the softmax of `logits` over the classes (one class per window, as the supervised "
-        "objective trains; take a sigmoid of `logits` for independent classes). Classes in "
-        "index order are `head.classes` in config.json. The graph computes in float32 "
-        f"({o['exported_dtype_note']}); it equals `birdjepa.embed` to 1e-4 relative "
+        f"`embedding` is the encoder's pooled embedding (pool `{o['pool']}`). {head}The graph "
+        f"is {o['exported_dtype_note']}; it equals `birdjepa.embed` to 1e-4 relative "
         "(tests/test_export_onnx.py).",
         "",
         "### The input, without birdjepa",
@@ -122,6 +124,7 @@ def onnx_lines(meta: dict) -> list[str]:
         "\"hanning\", True",
         f"o.mel_opts.num_bins, o.mel_opts.low_freq, o.mel_opts.high_freq = {a['n_mels']}, 20, 0",
         "o.use_energy, o.use_log_fbank, o.use_power = False, True, True",
+        "# window: float32 mono samples at full scale 1.0, zero-padded to the window length",
         "fb = knf.OnlineFbank(o); fb.accept_waveform("
         f"{a['sample_rate']}, window.tolist()); fb.input_finished()",
         "x = np.stack([fb.get_frame(i) for i in range(fb.num_frames_ready)])",
