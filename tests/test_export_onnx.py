@@ -171,7 +171,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert e.value.code == 2
 
 
-@pytest.mark.slow  # ~1-3 min: 86 M random parameters converted and run twice
+@pytest.mark.slow  # 21-172 s: 86 M random parameters converted and run twice
 def test_bird_mae_base_spec_exports(tmp_path):
     sd = test_models_import.random_state_dict(768, 12, seed=2)
     st.save(sd, tmp_path / "base.safetensors")
