@@ -312,9 +312,11 @@ class ViT(eqx.Module):
         n_special = special_sd.shape[0]
         x_bnd = jnp.concatenate([jnp.broadcast_to(special_sd, (b, *special_sd.shape)), tok_bnd], 1)
         ang = None
-        if self.cfg.pos == "rope":
-            coords = jnp.stack([idx_bn // self.grid[1], idx_bn % self.grid[1]], axis=-1) + 1
-            coords = jnp.concatenate([jnp.zeros((b, n_special, 2), coords.dtype), coords], 1)
+        if self.cfg.pos == "rope":  # (1, n) without keep_bk: no batch axis (ONNX export)
+            idx = idx_bn if keep_bk is not None else jnp.arange(n)[None]
+            coords = jnp.stack([idx // self.grid[1], idx % self.grid[1]], axis=-1) + 1
+            coords = jnp.concatenate(
+                [jnp.zeros((len(idx), n_special, 2), coords.dtype), coords], 1)
             head_dim = self.cfg.width // self.cfg.n_heads
             ang = jax.vmap(lambda c: rope_angles(c, head_dim))(coords)
         dyn, static = eqx.partition(self.blocks, eqx.is_array)

@@ -32,6 +32,7 @@ import birdjepa.data.table
 import birdjepa.model
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.card as card
+import birdjepa.models.onnx_export as onnx_export
 import birdjepa.models.safetensors as st
 import birdjepa.objectives.probe
 import birdjepa.params
@@ -222,25 +223,48 @@ def open_model(spec: str | os.PathLike) -> Model:
         f"{s!r}")
 
 
+def _export_onnx(args) -> pathlib.Path:
+    """`--format onnx`: MODEL (a run, an export or NAME:WEIGHTS) as an ONNX graph, a run under
+    the same refusals as the safetensors export."""
+    out = pathlib.Path(args.out_dir)
+    _check_out_dir(out)
+    run = birdjepa.runtime.rundir.is_run_dir(args.run_dir)
+    m = from_run(args.run_dir, step=args.step) if run else open_model(args.run_dir)
+    why = _unsound(m) if run else None
+    if why and not args.force:
+        raise ExportRefused(f"{args.run_dir}: expected a finished run with finite parameters, "
+                            f"but {why}; use --force to export it anyway")
+    return onnx_export.export(m, out)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m birdjepa.export RUN_DIR --out_dir DIR [--step N]`; its options, in one place."""
+    """`python -m birdjepa.export MODEL --out_dir DIR [--step N] [--format F]`; its options."""
     p = cli_args.Parser(
         "python -m birdjepa.export",
         "Write a run's encoder for use without this package's checkpoints: "
         "encoder.safetensors (arrays by path), head.safetensors (the supervised head, else the "
         "online probe), config.json (model, audio settings, class names, the run's config) and "
         "a README.md model card. Load it with birdjepa.load_encoder(DIR), or give DIR as "
-        "MODEL to python -m birdjepa.embed / birdjepa.predict.")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a training run directory")
+        "MODEL to python -m birdjepa.embed / birdjepa.predict. With --format onnx: model.onnx "
+        "(normalised fbank in; pooled embedding and, with a head, class probabilities out), "
+        "config.json and a card saying how to compute the input.")
+    p.add_argument("run_dir", metavar="MODEL", help="a training run directory; with --format "
+                   "onnx also an export directory or NAME:WEIGHTS (bird-mae-base:PATH)")
     p.add_argument("--out_dir", required=True, help="directory to write (created)")
     p.add_argument("--step", type=cli_args.converter(int), default=None,
                    help="checkpoint step to export (default: the latest complete one)")
     p.add_flag("force", "export a run that is not COMPLETE or has non-finite parameters (the "
                "model card says so at the top); refused without it")
+    p.add_argument("--format", choices=("safetensors", "onnx"), default="safetensors",
+                   help="safetensors arrays for JAX, or an ONNX graph for onnxruntime and other "
+                   "languages (needs the optional onnx extra: pip install 'birdjepa[onnx]')")
     args = p.parse_args(argv)
     try:
-        out = export(args.run_dir, args.out_dir, step=args.step, force=args.force)
-    except (OSError, KeyError, ValueError,
+        if args.format == "onnx":  # jax2onnx (the optional onnx extra) is imported there
+            out = _export_onnx(args)
+        else:
+            out = export(args.run_dir, args.out_dir, step=args.step, force=args.force)
+    except (OSError, KeyError, ValueError, ImportError,
             birdjepa.runtime.checkpoint.CorruptCheckpointError) as e:
         return cli_args.fail(e)
     print(f"exported {args.run_dir} -> {out}", file=sys.stderr)

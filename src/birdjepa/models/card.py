@@ -88,3 +88,78 @@ def render(meta: dict, run_dir=None) -> str:
         "`config.json` (model, audio settings, class names, the run's config).",
         "",
     ])
+
+
+def onnx_lines(meta: dict) -> list[str]:
+    """The ONNX contract and how to compute its input without this package."""
+    a, o = meta["audio"], meta["onnx"]
+    (name, shape), = o["input"].items()
+    outs = [f"- `{k}` float32 ({', '.join(map(str, v))})" for k, v in o["outputs"].items()]
+    head = ("`probabilities` is the softmax of `logits` over the classes (one class per window, "
+            "as the supervised objective trains; take a sigmoid of `logits` for independent "
+            "classes); the classes in index order are `head.classes` in config.json. "
+            if "logits" in o["outputs"] else "")
+    return [
+        "## ONNX",
+        "",
+        f"`{o['file']}`: input `{name}` float32 ({', '.join(map(str, shape))}) (the batch is "
+        "dynamic, the "
+        f"time axis is fixed at {a['n_frames']} frames); outputs:",
+        "",
+        *outs,
+        "",
+        f"`embedding` is the encoder's pooled embedding (pool `{o['pool']}`). {head}The graph "
+        f"is {o['exported_dtype_note']}; it equals `birdjepa.embed` to 1e-4 relative "
+        "(tests/test_export_onnx.py).",
+        "",
+        "### The input, without birdjepa",
+        "",
+        f"1. Decode, average the channels to mono, resample to {a['sample_rate']} Hz.",
+        f"2. Cut windows of {a['window_s']} s ({round(a['window_s'] * a['sample_rate'])} "
+        "samples); a window that runs past the end of the recording is zero-padded (samples).",
+        "3. Kaldi log-mel fbank of each window (kaldi-native-fbank or "
+        "torchaudio.compliance.kaldi.fbank): frame length 25 ms, shift 10 ms, hanning window, "
+        "pre-emphasis 0.97, remove DC offset, dither 0, snip edges, round the FFT size up to a "
+        f"power of two, {a['n_mels']} mel bins from 20 Hz to Nyquist, power spectrum, log, no "
+        f"energy. {a['window_s']} s gives {_frames(a)} frames.",
+        f"4. Normalise: x = (fbank - ({a['mean']})) / (2 * {a['std']}).",
+        f"5. Keep the first {a['n_frames']} frames; pad missing frames with 0.0 (after "
+        "normalising), giving (n_frames, n_mels) per window; stack windows on the batch axis.",
+        "",
+        "```python",
+        "import kaldi_native_fbank as knf, numpy as np, onnxruntime as ort",
+        "o = knf.FbankOptions(); f = o.frame_opts",
+        f"f.samp_freq, f.dither, f.window_type, f.snip_edges = {a['sample_rate']}, 0.0, "
+        "\"hanning\", True",
+        f"o.mel_opts.num_bins, o.mel_opts.low_freq, o.mel_opts.high_freq = {a['n_mels']}, 20, 0",
+        "o.use_energy, o.use_log_fbank, o.use_power = False, True, True",
+        "# window: float32 mono samples at full scale 1.0, zero-padded to the window length",
+        "fb = knf.OnlineFbank(o); fb.accept_waveform("
+        f"{a['sample_rate']}, window.tolist()); fb.input_finished()",
+        "x = np.stack([fb.get_frame(i) for i in range(fb.num_frames_ready)])",
+        f"x = (x - ({a['mean']})) / (2 * {a['std']})",
+        f"x = np.pad(x[:{a['n_frames']}], ((0, max(0, {a['n_frames']} - len(x))), (0, 0)))",
+        f"out = ort.InferenceSession(\"{o['file']}\").run(None, "
+        f"{{\"{name}\": x[None].astype(np.float32)}})",
+        "```",
+        "",
+    ]
+
+
+def _frames(a: dict) -> int:
+    n, shift, length = round(a["window_s"] * a["sample_rate"]), a["sample_rate"] // 100, \
+        a["sample_rate"] * 25 // 1000
+    return 1 + (n - length) // shift
+
+
+def render_onnx(meta: dict, run_dir=None) -> str:
+    """The card of an ONNX export: the run's card (or the imported model's line), then ONNX."""
+    if meta.get("config"):
+        head = render(meta, run_dir).rsplit("## Load", 1)[0].rstrip().split("\n")
+    else:
+        m = meta["model"]
+        head = ["# birdjepa encoder (ONNX)", "",
+                f"Imported `{meta.get('imported') or meta.get('source')}`: a ViT ({m['width']} "
+                f"wide, {m['depth']} blocks, {m['n_heads']} heads, pool {m['pool']}); no class "
+                "head."]
+    return "\n".join([*head, "", *onnx_lines(meta)])

@@ -1,0 +1,186 @@
+"""ONNX export (`python -m birdjepa.export MODEL --out_dir DIR --format onnx`): onnxruntime on the
+exported graph equals `birdjepa.embed` to 1e-4 relative, for one of our runs (RoPE, registers,
+supervised head) and a Bird-MAE-shaped import (published key names, sincos table, fc_norm mean
+pool), both on the input our transform computes and on the input the model card's recipe
+computes with kaldi-native-fbank alone; the card and config.json state the contract."""
+
+import dataclasses
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import kaldi_native_fbank as knf
+import numpy as np
+import onnxruntime as ort
+import pytest
+import test_models_import
+import tiny
+
+import birdjepa
+import birdjepa.config.architecture
+import birdjepa.model
+import birdjepa.models.artifact as artifact
+import birdjepa.models.bird_mae as bird_mae
+import birdjepa.models.inference as inference
+import birdjepa.models.onnx_export as onnx_export
+import birdjepa.models.safetensors as st
+import birdjepa.optim
+import birdjepa.params
+import birdjepa.runtime.checkpoint
+import birdjepa.runtime.rundir
+
+SR = 32000
+
+
+def rel(got: np.ndarray, want: np.ndarray) -> float:
+    assert np.abs(want).max() > 0.1  # not a trivial comparison
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def wave(seconds: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * SR)) / SR
+    return (0.3 * np.sin(2 * np.pi * 3000 * t) + 0.1 * rng.standard_normal(t.size)).astype(
+        np.float32)
+
+
+def card_input(x_n: np.ndarray, audio: dict, window_s: float) -> np.ndarray:
+    """The graph's input as README.md tells a user to compute it, with kaldi-native-fbank."""
+    win = round(window_s * SR)
+    starts = range(0, max(1, -(-(len(x_n) - win) // win) + 1) * win, win)
+    out = []
+    for s in starts:
+        w = np.zeros(win, np.float32)
+        seg = x_n[s:s + win]
+        w[:len(seg)] = seg
+        o = knf.FbankOptions()
+        f = o.frame_opts
+        f.samp_freq, f.dither, f.window_type, f.snip_edges = SR, 0.0, "hanning", True
+        o.mel_opts.num_bins, o.mel_opts.low_freq, o.mel_opts.high_freq = audio["n_mels"], 20, 0
+        o.use_energy, o.use_log_fbank, o.use_power = False, True, True
+        fb = knf.OnlineFbank(o)
+        fb.accept_waveform(SR, w.tolist())
+        fb.input_finished()
+        x = np.stack([fb.get_frame(i) for i in range(fb.num_frames_ready)])
+        x = (x - audio["mean"]) / (2 * audio["std"])
+        n = audio["n_frames"]
+        out.append(np.pad(x[:n], ((0, max(0, n - len(x))), (0, 0))))
+    return np.stack(out).astype(np.float32)
+
+
+def our_input(model, x_n: np.ndarray, window_s: float) -> np.ndarray:
+    a = model.audio
+    w = inference.Windows(window_s=window_s, n_frames=a["n_frames"], n_mels=a["n_mels"],
+                          mean=a["mean"], std=a["std"])
+    return np.concatenate([b[0] for b in inference.features((x_n, SR), w)])
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny supervised run (RoPE, one register, 32 frames x 64 mels, 4 classes) as training
+    leaves it, without the training."""
+    run = tmp_path_factory.mktemp("onnx-run") / "run"
+    model = birdjepa.config.architecture.ModelConfig(width=32, depth=1, n_heads=2,
+                                                     n_registers=1, pos="rope")
+    cfg = tiny.finalize(tiny.tiny_config("supervised", n_steps=2, run_dir=str(run),
+                                         model=model))
+    run.mkdir()
+    (run / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(0))
+    # a non-zero head, so that the probabilities are not uniform
+    w = params["heads"].head.w
+    params = eqx.tree_at(lambda p: p["heads"].head.w, params,
+                         jax.random.normal(jax.random.key(3), w.shape))
+    tx = birdjepa.optim.make(cfg.optim, params)
+    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
+             "step": jnp.int32(2)}
+    with birdjepa.runtime.checkpoint.Checkpointer(run / "checkpoints", every=1, keep=1) as ck:
+        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
+    birdjepa.runtime.rundir.mark_complete(run, {"steps": 2})
+    return run
+
+
+def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
+    out = tmp_path / "onnx"
+    assert artifact.main([str(run_dir), "--out_dir", str(out), "--format", "onnx"]) == 0
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["onnx"]["input"] == {"fbank": ["batch", 32, 64]}
+    assert meta["onnx"]["outputs"] == {"embedding": ["batch", 32], "logits": ["batch", 4],
+                                       "probabilities": ["batch", 4]}
+    card = (out / "README.md").read_text()
+    assert "## ONNX" in card and "(x - (-7.2)) / (2 * 4.43)" in card.replace("fbank", "x")
+    sess = ort.InferenceSession(str(out / "model.onnx"))
+    assert [o.name for o in sess.get_outputs()] == ["embedding", "logits", "probabilities"]
+
+    m = artifact.open_model(run_dir)
+    x_n = wave(2.5)
+    want = birdjepa.embed(run_dir, (x_n, SR), window_s=1.0)[m.encoder.cfg.pool]
+    assert want.shape == (3, 32)
+    emb, logits, probs = sess.run(None, {"fbank": our_input(m, x_n, 1.0)})
+    assert rel(emb, want) < 1e-4
+    want_logits = np.asarray(m.head(jnp.asarray(want)))
+    assert rel(logits, want_logits) < 1e-4
+    np.testing.assert_allclose(probs, jax.nn.softmax(want_logits, axis=-1), atol=1e-5)
+    assert np.ptp(probs) > 0.05  # not uniform
+    # the card's recipe (kaldi-native-fbank, no birdjepa) gives the same embedding
+    emb_card = sess.run(["embedding"], {"fbank": card_input(x_n, m.audio, 1.0)})[0]
+    assert rel(emb_card, want) < 1e-4
+
+
+def test_bird_mae_shaped_export_equals_embed_and_the_numpy_reference(tmp_path):
+    sd = test_models_import.random_state_dict(64, 2, sincos=True)
+    enc = bird_mae.convert(sd, width=64, depth=2, n_heads=4)
+    m = artifact.Model(enc, dict(bird_mae.AUDIO), source="bird-mae-shaped")
+    out = onnx_export.export(m, tmp_path / "onnx")
+    sess = ort.InferenceSession(str(out / "model.onnx"))
+    assert [o.name for o in sess.get_outputs()] == ["embedding"]
+    assert "no class head" in (out / "README.md").read_text()
+    x_n = wave(7.0, seed=1)  # two 5 s windows; the second is zero-padded, 498 -> 512 frames
+    want = birdjepa.embed(enc, (x_n, SR))["mean"]
+    fb = our_input(m, x_n, 5.0)
+    (emb,) = sess.run(None, {"fbank": fb})
+    assert rel(emb, want) < 1e-4
+    assert rel(emb, test_models_import.reference(sd, fb, 4, "mean")) < 1e-4
+    (emb_card,) = sess.run(None, {"fbank": card_input(x_n, m.audio, 5.0)})
+    assert rel(emb_card, want) < 1e-4
+
+
+def test_bfloat16_model_exports_in_float32(run_dir, tmp_path):
+    """A bfloat16 encoder's graph computes in float32: equal to the float32 forward, and within
+    bfloat16 round-off of the bfloat16 one (config.json says so)."""
+    m = artifact.open_model(run_dir)
+    cfg = dataclasses.replace(m.encoder.cfg, compute_dtype="bfloat16")
+    skel = birdjepa.model.ViT(cfg, n_frames=32, n_mels=64, key=jax.random.key(0))
+    bf16 = bird_mae.fill(skel, bird_mae.leaf_paths(m.encoder))  # same weights, bf16 compute
+    out = onnx_export.export(dataclasses.replace(m, encoder=bf16), tmp_path / "onnx")
+    assert "float32" in json.loads((out / "config.json").read_text())["onnx"][
+        "exported_dtype_note"]
+    x = our_input(m, wave(1.0), 1.0)
+    emb = ort.InferenceSession(str(out / "model.onnx")).run(["embedding"], {"fbank": x})[0]
+    assert rel(emb, np.asarray(m.encoder(jnp.asarray(x)).pooled_bd)) < 1e-4
+    assert rel(emb, np.asarray(bf16(jnp.asarray(x)).pooled_bd)) < 3e-2
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert artifact.main(["missing-run", "--out_dir", str(tmp_path), "--format", "onnx"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "MODEL" in err
+    with pytest.raises(SystemExit) as e:
+        artifact.main(["missing-run", "--out_dir", str(tmp_path), "--format", "tflite"])
+    assert e.value.code == 2
+
+
+@pytest.mark.slow  # 21-172 s: 86 M random parameters converted and run twice
+def test_bird_mae_base_spec_exports(tmp_path):
+    sd = test_models_import.random_state_dict(768, 12, seed=2)
+    st.save(sd, tmp_path / "base.safetensors")
+    spec = f"bird-mae-base:{tmp_path / 'base.safetensors'}"
+    assert artifact.main([spec, "--out_dir", str(tmp_path / "onnx"), "--format", "onnx"]) == 0
+    x_n = wave(5.0, seed=2)
+    want = birdjepa.embed(spec, (x_n, SR))["mean"]
+    m = artifact.open_model(spec)
+    sess = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    (emb,) = sess.run(None, {"fbank": our_input(m, x_n, 5.0)})
+    assert emb.shape == (1, 768)
+    assert rel(emb, want) < 1e-4
