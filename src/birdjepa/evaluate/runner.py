@@ -34,6 +34,7 @@ import birdjepa.evaluate.protocol as protocol
 import birdjepa.evaluate.report as report
 import birdjepa.evaluate.results as results
 import birdjepa.models
+import birdjepa.models.artifact
 import birdjepa.models.inference as embed
 import birdjepa.params
 import birdjepa.runtime.checkpoint
@@ -55,6 +56,9 @@ class Encoder:
     digest: str
     """sha256 of the restored step's integrity manifest (which holds every file's sha256), or of
     the parameters themselves for a random initialisation."""
+    audio: dict | None = None
+    """The model's input settings (birdjepa.models.artifact.INPUT_KEYS); None: those of the
+    bare ViT (birdjepa.models.inference.input_of)."""
 
 
 def _sha256(data: bytes) -> str:
@@ -112,7 +116,7 @@ def _file_encoder(spec: str) -> Encoder:
                    run_dir=str(path.resolve()), step=-1,
                    config_hash=_sha256(json.dumps(model_cfg, sort_keys=True,
                                                   default=str).encode())[:16],
-                   digest=digest)
+                   digest=digest, audio=model.audio)
 
 
 def _one_line(e: BaseException) -> str:
@@ -143,7 +147,8 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
             name=pathlib.Path(run_dir).resolve().name, model=model,
             run_dir=str(pathlib.Path(run_dir).resolve()), step=int(restored.step),
             config_hash=birdjepa.config.config_hash(dataclasses.asdict(tcfg)),
-            digest=checkpoint_digest(run_dir, restored.step)))
+            digest=checkpoint_digest(run_dir, restored.step),
+            audio=birdjepa.models.artifact.run_input(tcfg.data, run_dir)))
     for path in cfg.random:
         model, tcfg = random_encoder(path)
         out.append(Encoder(

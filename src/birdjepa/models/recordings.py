@@ -83,7 +83,7 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
     return Source(shards=src, columns=cols)
 
 
-def add_common(p: argparse.ArgumentParser, *, window_s: float = 5.0) -> None:
+def add_common(p: argparse.ArgumentParser, *, window_s: float | None = None) -> None:
     """MODEL, SOURCE and the options both command lines take (underscores; dashes also work)."""
     p.add_argument("model", metavar="MODEL", help="a run directory (its latest checkpoint), an "
                    "export directory (python -m birdjepa.export) or NAME:WEIGHTS for an "
@@ -93,7 +93,8 @@ def add_common(p: argparse.ArgumentParser, *, window_s: float = 5.0) -> None:
                    "shards (a file or directory), a datasets save_to_disk directory, or DIR:SPLIT")
     p.add_argument("--out", required=True, help="output file; its suffix picks the format")
     p.add_argument("--window", type=float, default=window_s,
-                   help="window length in seconds (default %(default)s: the training clip)")
+                   help="window length in seconds (default: the model's clip, e.g. 5 s; more "
+                   "than the model's frames is an error)")
     p.add_argument("--hop", type=float, default=None,
                    help="window start spacing in seconds (default: --window, i.e. tiling); the "
                    "last window of a recording is zero-padded")
@@ -109,10 +110,9 @@ def add_common(p: argparse.ArgumentParser, *, window_s: float = 5.0) -> None:
 
 
 def windows(m: export.Model, args) -> embed.Windows:
-    a = m.audio
-    return embed.Windows(window_s=args.window, hop_s=args.hop, centre=args.centre,
-                         sample_rate=a["sample_rate"], n_frames=a["n_frames"],
-                         n_mels=a["n_mels"], mean=a["mean"], std=a["std"])
+    """The model's input settings (embed.Windows.for_model) with the command line's windows."""
+    return embed.Windows.for_model(m.audio, window_s=args.window, hop_s=args.hop,
+                                   centre=args.centre)
 
 
 class Progress:
