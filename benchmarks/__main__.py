@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-NAMES = ("transforms", "loader", "views", "train", "ckpt", "birdset")
+NAMES = ("transforms", "loader", "views", "train", "ckpt", "birdset", "bird_mae")
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,6 @@ import pyarrow as pa
 import birdjepa
 import birdjepa.data
 import birdjepa.data.audio
-import birdjepa.data.config
 import birdjepa.data.table as table
 import birdjepa.encoder
 import birdjepa.model
@@ -96,14 +95,9 @@ class Windows:
     @classmethod
     def for_model(cls, audio: dict, *, window_s: float | None = None, **kw) -> "Windows":
         """Windows feeding a model whose input settings are `audio` (input_of): every setting
-        from the model; `window_s` None is the model's clip. A window longer than the model's
-        frames is a one-line ValueError naming both values."""
+        from the model; `window_s` None is the model's clip (a window's frames beyond the
+        model's n_frames are cut, shorter ones padded, as the loader does)."""
         window_s = audio["window_s"] if window_s is None else window_s
-        frames = birdjepa.data.config.kaldi_frames(window_s)
-        if frames > audio["n_frames"]:
-            raise ValueError(f"window_s: expected at most the model's n_frames="
-                             f"{audio['n_frames']} frames (window_s={audio['window_s']}), got "
-                             f"window_s={window_s} ({frames} frames)")
         return cls(window_s=window_s, sample_rate=audio["sample_rate"],
                    n_frames=audio["n_frames"], n_mels=audio["n_mels"], mean=audio["mean"],
                    std=audio["std"], pad=audio["pad"], **kw)
