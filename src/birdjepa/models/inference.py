@@ -352,6 +352,10 @@ def embed(encoder_or_run_dir, source, *, window_s: float | None = None, hop_s: f
     "patches" or a tuple of them; None means the encoder's own pooling (model.pool).
     `segment="columns"` (with `centre=True`, shards) embeds each row's [start, end] seconds from
     `segment_columns` (e.g. BirdSet's event-level test split), cut exactly there.
+    `window_s` None is the model's clip (its input settings, `input_of`: sample rate, fbank,
+    frames, padding and normalisation all come from the model). For a model with fc_norm
+    (Bird-MAE) "patches" are the last block's tokens un-normed (Hugging Face's
+    hidden_states[-1]); for ours, final-normed.
 
     Returns {pool name: (windows, d) or, for "patches", (windows, patches, d) float32,
     "row": (windows,) int64 row id (0 for a single recording), "start_s": (windows,) float64}.
