@@ -5,7 +5,7 @@ import sys
 
 import birdjepa.runtime.cli_args as cli_args
 
-NAMES = ("transforms", "loader", "views", "train", "ckpt", "birdset", "embed", "plan")
+NAMES = ("transforms", "loader", "views", "train", "ckpt", "birdset", "embed", "plan", "bird_mae")
 
 
 def main(argv: list[str]) -> int:

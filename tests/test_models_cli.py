@@ -4,6 +4,7 @@ Python API), `python -m birdjepa.predict` output, the `--help` of every CLI, and
 (`birdjepa.embed` the function after `import birdjepa`: tests/test_public_api.py)."""
 
 import dataclasses
+import json
 import logging
 import shutil
 import subprocess
@@ -99,6 +100,12 @@ def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_pa
     card = (out / "README.md").read_text()
     assert "`supervised` objective for 2 steps" in card and "birdjepa.load_encoder" in card
     assert "eval_head_acc" in card  # the run's evaluation
+    # Every input setting travels with the export, and the card states it in words.
+    saved = json.loads((out / "config.json").read_text())["audio"]
+    assert sorted(saved) == sorted(birdjepa.models.artifact.INPUT_KEYS)
+    assert (saved["pad"], saved["window"], saved["fbank"]["preemph"]) == ("zero", "centre", 0.97)
+    assert m.audio == saved
+    assert "the padding being 0.0 after normalising" in card and "preemph=0.97" in card
 
 
 def _embed_cli(model, sources, out, *extra):

@@ -2,10 +2,10 @@
 independent numpy forward pass of the published (timm-style MAE) architecture, on random
 weights stored under the published key names."""
 
+import bird_mae_ref as ref
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.special
 
 import birdjepa.config.architecture
 import birdjepa.model
@@ -18,49 +18,9 @@ T, M, P = 512, 128, 16  # Bird-MAE's input (frames, mels) and patch
 
 
 # -- an independent reference: Bird-MAE's encoder in numpy, torch layouts ---------------------
+# (tests/support/bird_mae_ref.py, shared with the end-to-end parity of test_bird_mae_parity.py)
 
-
-def ln(x, w, b, eps=1e-6):
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * w + b
-
-
-def reference(sd: dict, x_btm: np.ndarray, n_heads: int, pool: str = "mean") -> np.ndarray:
-    """Bird-MAE's forward in float64: conv patch embedding over the (1, T, M) image, CLS token,
-    position table, pre-norm blocks (qkv, softmax attention, exact GELU MLP), then the mean of
-    the patch tokens through fc_norm (global_pool="mean") or the CLS token through norm."""
-    sd = {k: np.asarray(v, np.float64) for k, v in sd.items()}
-    x = np.asarray(x_btm, np.float64)
-    b = x.shape[0]
-    w = sd["patch_embed.proj.weight"]  # (D, 1, P, P)
-    d = w.shape[0]
-    gt, gm = T // P, M // P
-    img = x.reshape(b, gt, P, gm, P)  # conv with stride = kernel: one dot per patch
-    tok = np.einsum("btimj,dij->btmd", img, w[:, 0]).reshape(b, gt * gm, d)
-    tok = tok + sd["patch_embed.proj.bias"] + sd["pos_embed"][:, 1:]
-    cls = sd["cls_token"] + sd["pos_embed"][:, :1]
-    h = np.concatenate([np.broadcast_to(cls, (b, 1, d)), tok], axis=1)
-    depth = len({k.split(".")[1] for k in sd if k.startswith("blocks.")})
-    hd = d // n_heads
-    for i in range(depth):
-        p = lambda n, i=i: sd[f"blocks.{i}.{n}"]  # noqa: E731
-        y = ln(h, p("norm1.weight"), p("norm1.bias"))
-        qkv = y @ p("attn.qkv.weight").T + p("attn.qkv.bias")  # (b, n, 3d)
-        q, k, v = (qkv[..., j * d : (j + 1) * d].reshape(b, -1, n_heads, hd).transpose(0, 2, 1, 3)
-                   for j in range(3))
-        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)
-        a = np.exp(s - s.max(-1, keepdims=True))
-        a /= a.sum(-1, keepdims=True)
-        o = (a @ v).transpose(0, 2, 1, 3).reshape(b, -1, d)
-        h = h + o @ p("attn.proj.weight").T + p("attn.proj.bias")
-        y = ln(h, p("norm2.weight"), p("norm2.bias"))
-        y = y @ p("mlp.fc1.weight").T + p("mlp.fc1.bias")
-        y = 0.5 * y * (1 + scipy.special.erf(y / np.sqrt(2)))
-        h = h + y @ p("mlp.fc2.weight").T + p("mlp.fc2.bias")
-    if pool == "mean":
-        return ln(h[:, 1:].mean(1), sd["fc_norm.weight"], sd["fc_norm.bias"])
-    return ln(h, sd["norm.weight"], sd["norm.bias"])[:, 0]
+reference = ref.forward
 
 
 def random_state_dict(d: int, depth: int, *, seed: int = 0, sincos: bool = False) -> dict:
@@ -155,3 +115,55 @@ def test_safetensors_round_trip_and_bad_files(tmp_path):
     (tmp_path / "junk.safetensors").write_bytes(b"\xff" * 64)
     with pytest.raises(st.FormatError, match="header length"):
         st.load(tmp_path / "junk.safetensors")
+
+
+def test_weights_are_checked_for_dtype_and_finiteness(tmp_path):
+    """A NaN or an integer tensor is a one-line error naming the tensor (issue 30 item 8)."""
+    sd = random_state_dict(64, 2)
+    sd["blocks.1.attn.qkv.weight"][3, 5] = np.nan
+    st.save(sd, tmp_path / "nan.safetensors")
+    with pytest.raises(st.FormatError) as e:
+        bird_mae.convert(st.load(tmp_path / "nan.safetensors")[0], width=64, depth=2,
+                         n_heads=4, what="nan.safetensors")
+    assert str(e.value) == ("nan.safetensors: tensor 'blocks.1.attn.qkv.weight': expected "
+                            "finite weights, got 1 NaN or infinite value(s) of 12288")
+    sd = random_state_dict(64, 2)
+    sd["norm.bias"] = np.arange(64, dtype=np.int64)
+    with pytest.raises(st.FormatError, match="tensor 'norm.bias': expected floating-point "
+                       "weights, got dtype int64"):
+        bird_mae.convert(sd, width=64, depth=2, n_heads=4)
+
+
+def test_a_lightning_checkpoint_is_refused_and_its_encoder_prefix_accepted(tmp_path):
+    """Bird-SSL's .ckpt (a torch zip) gets the conversion command; the converted file's
+    `encoder.`/`decoder.` keys load as the encoder (issue 27 item 7)."""
+    (tmp_path / "last.ckpt").write_bytes(b"PK\x03\x04 a lightning checkpoint")
+    with pytest.raises(bird_mae.ConversionError) as e:
+        bird_mae.read_state_dict(tmp_path / "last.ckpt")
+    msg = str(e.value)
+    assert "\n" not in msg and "Lightning .ckpt" in msg and "d.get('state_dict'" in msg
+    assert "'last.safetensors'" in msg
+    sd = random_state_dict(64, 2, sincos=True)
+    conv = {f"encoder.{k}": v for k, v in sd.items()} | {
+        "decoder.decoder_embed.weight": np.ones((3, 3), np.float32),
+        "decoder.mask_token": np.zeros((1, 1, 3), np.float32)}
+    enc = bird_mae.convert(conv, width=64, depth=2, n_heads=4)
+    x = np.random.default_rng(0).standard_normal((1, T, M)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(enc(jnp.asarray(x)).pooled_bd),
+                               reference(sd, x, 4), atol=1e-4)
+
+
+@pytest.mark.parametrize("header, fault", [
+    (b'[1, 2]', "header: expected a JSON object of tensors, got a JSON list"),
+    (b'{"w": {"dtype": "F32", "shape": [2]}}', "tensor 'w': data_offsets: expected [begin, "
+     "end], got None"),
+    (b'{"w": {"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}}', "tensor 'w': shape: "
+     "expected a list of ints >= 0, got '2'"),
+    (b'{"w": 3}', "tensor 'w': expected an object with dtype, shape and data_offsets, got 3"),
+])
+def test_malformed_safetensors_headers_are_one_line(tmp_path, header, fault):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
+    with pytest.raises(st.FormatError) as e:
+        bird_mae.read_state_dict(path)
+    assert str(e.value) == f"{path}: {fault}"

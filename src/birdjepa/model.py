@@ -292,15 +292,20 @@ class ViT(eqx.Module):
         return x.reshape(b, gt * gm, pt * pm)
 
     def __call__(
-        self, x_btm: Float[Array, "b t m"], *, keep_bk: Int[Array, "b k"] | None = None
+        self, x_btm: Float[Array, "b t m"], *, keep_bk: Int[Array, "b k"] | None = None,
+        normed_patches: bool = True,
     ) -> Output:
-        """Encode; `keep_bk` (patch indices) restricts the encoder to a subset (MAE)."""
+        """Encode; `keep_bk` (patch indices) restricts the encoder to a subset (MAE).
+        `normed_patches=False` returns the last block's patch tokens before the final norm
+        (Hugging Face's `hidden_states[-1]`; what `embed` gives for a Bird-MAE model)."""
         b = x_btm.shape[0]
         dt = DTYPES[self.cfg.compute_dtype]
         tok_bnd = self.patch_embed(self.patchify(x_btm).astype(dt)).astype(jnp.float32)
         n = tok_bnd.shape[1]  # n_patches, or fewer for a shorter input (first rows of the grid)
-        if self.pos_embed is not None:
-            tok_bnd = tok_bnd + self.pos_embed[:n]
+        if self.pos_embed is not None:  # frozen with train_pos = false (Bird-MAE)
+            pos = self.pos_embed if self.cfg.train_pos is not False else \
+                jax.lax.stop_gradient(self.pos_embed)
+            tok_bnd = tok_bnd + pos[:n]
         elif self.cfg.pos == "sincos":
             tok_bnd = tok_bnd + sincos_2d(self.grid, self.cfg.width)[:n]
         idx_bn = jnp.broadcast_to(jnp.arange(n), (b, n))
@@ -328,13 +333,13 @@ class ViT(eqx.Module):
         if policy is not None:
             body = jax.checkpoint(body, policy=policy, prevent_cse=False)
         x_bnd, _ = jax.lax.scan(body, x_bnd, dyn)
-        norm = self.norm
+        norm, raw = self.norm, x_bnd[:, n_special:]
         if isinstance(norm, PoolNorms):
             if self.cfg.pool == "mean":  # timm/MAE global_pool="avg" with fc_norm
-                pooled = norm.pooled(x_bnd[:, n_special:].mean(1))
-                return Output(pooled, norm.tokens(x_bnd[:, n_special:]))
+                pooled = norm.pooled(raw.mean(1))
+                return Output(pooled, norm.tokens(raw) if normed_patches else raw)
             norm = norm.tokens
         x_bnd = norm(x_bnd)
         patches = x_bnd[:, n_special:]
         pooled = x_bnd[:, 0] if self.cfg.pool == "cls" else patches.mean(1)
-        return Output(pooled, patches)
+        return Output(pooled, patches if normed_patches else raw)

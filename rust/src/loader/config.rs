@@ -38,6 +38,10 @@ pub struct LoaderConfig {
     /// Normalisation: `(x - mean) / (2 * std)`.
     pub mean: f32,
     pub std: f32,
+    /// Frames past a clip's end (a clip shorter than `n_frames`): "zero" (0.0 after
+    /// normalisation, the mean) or "min" (the clip's minimum log-mel value before normalising,
+    /// as Bird-MAE's feature extractor pads).
+    pub pad: String,
     pub max_replacements: u32,
     /// "audio" (decode -> resample -> fbank) or "debug" (the codec-free test transform).
     pub transform: String,
@@ -108,6 +112,7 @@ impl Default for LoaderConfig {
             prefetch: 2,
             mean: -7.2,
             std: 4.43,
+            pad: "zero".into(),
             max_replacements: 16,
             transform: "audio".into(),
             clip_s: 5.0,
@@ -282,6 +287,7 @@ impl LoaderConfig {
         self.check_n_classes(physical_memory())?;
         one_of("crop", &self.crop, &["random", "events"])?;
         one_of("segment", &self.segment, &["centre", "columns"])?;
+        one_of("pad", &self.pad, &["zero", "min"])?;
         Ok(())
     }
 

@@ -123,12 +123,17 @@ fn check_mels(f: &Features, m: usize) -> std::result::Result<(), SampleError> {
     Ok(())
 }
 
-/// Normalise `frames` (rows of `m` mels) into the start of `dst`; frames past them stay 0.0, the
-/// dataset mean after normalisation.
+/// Normalise `frames` (rows of `m` mels) into the start of `dst`; frames past them are the
+/// padding: 0.0 (the dataset mean after normalisation) with `pad = "zero"`, or with `pad = "min"`
+/// the smallest value of `frames` normalised (Bird-MAE's extractor pads before normalising).
 fn put(c: &LoaderConfig, frames: &[f32], dst: &mut [f32]) {
     let scale = 1.0 / (2.0 * c.std);
     for (d, &x) in dst.iter_mut().zip(frames) {
         *d = (x - c.mean) * scale;
+    }
+    if c.pad == "min" && frames.len() < dst.len() && !frames.is_empty() {
+        let lo = frames.iter().copied().fold(f32::INFINITY, f32::min);
+        dst[frames.len()..].fill((lo - c.mean) * scale);
     }
 }
 
@@ -437,5 +442,31 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
         q,
         row: Some(invalid_row(ctx, reader, index0)),
         failures,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pad_zero_leaves_the_mean_and_pad_min_the_clips_minimum() {
+        let mut c = LoaderConfig::default();
+        let frames = [-7.2f32, 1.66, -16.06, 0.0];
+        let mut zero = [9.0f32; 6];
+        zero[4..].fill(0.0);
+        put(&c, &frames, &mut zero);
+        assert_eq!(&zero[4..], &[0.0, 0.0]);
+        assert_eq!(zero[0], 0.0);
+        c.pad = "min".into();
+        let mut min = [0.0f32; 6];
+        put(&c, &frames, &mut min);
+        let want = (-16.06f32 - c.mean) * (1.0 / (2.0 * c.std));
+        assert_eq!(&min[..4], &zero[..4]);
+        assert_eq!(&min[4..], &[want, want]);
+        // A clip that fills the frames is not padded: nothing changes.
+        let mut full = [0.0f32; 4];
+        put(&c, &frames, &mut full);
+        assert_eq!(&full[..], &zero[..4]);
     }
 }

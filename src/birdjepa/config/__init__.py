@@ -236,7 +236,7 @@ birdjepa.train.run)."""
 ENCODER_SHAPING = ("model", "data.n_frames", "data.n_mels")
 """Config keys the encoder's parameters depend on: `init_encoder` needs them equal, but for
 ENCODER_FREE (how the encoder computes, not what it holds)."""
-ENCODER_FREE = ("model.remat", "model.attention", "model.compute_dtype")
+ENCODER_FREE = ("model.remat", "model.attention", "model.compute_dtype", "model.train_pos")
 
 
 def finalize(cfg: Config) -> Config:
@@ -430,7 +430,7 @@ def _ignored(key: str, ignore: typing.Iterable[str]) -> bool:
 
 ADDED_DATA_KEYS = ("block_size", "shuffle_window", "mean", "std", "max_replacements",
                    "clip_s", "sample_rate", "crop", "events_column", "segment",
-                   "segment_start_column", "segment_end_column")
+                   "segment_start_column", "segment_end_column", "pad")
 """Loader settings that became training keys with the one-schema change: a config at their
 default hashes (run id) and compares (resume) as one written before them did."""
 

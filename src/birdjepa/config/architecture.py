@@ -9,7 +9,8 @@ import typing
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    preset: typing.Literal["debug", "vit-s", "vit-b", "bird-mae-base", "bird-mae-large"] = "debug"
+    preset: typing.Literal["debug", "vit-s", "vit-b", "bird-mae-base", "bird-mae-large",
+                           "bird-mae-huge"] = "debug"
     """Architecture preset; any field below that is set overrides the preset."""
     patch: tuple[int, int] | None = None
     """Patch size (time frames, mel bins); must divide (n_frames, n_mels). Preset: 16 16."""
@@ -32,6 +33,12 @@ class ModelConfig:
     table added to patches (MAE's; half the dims code the time index, half the mel index;
     nothing trained), or axial RoPE (half the head dim rotated by time index, half by mel
     index)."""
+    train_pos: bool | None = None
+    """With pos = "absolute": whether training updates the position table (true: ours). false
+    keeps it as loaded (its gradient is stopped, and it has no weight decay): the Bird-MAE
+    presets, since Bird-MAE keeps its sin-cos table frozen; an imported Bird-MAE's table
+    (stored on a transposed grid, so imported as "absolute") then stays as published when it is
+    fine-tuned or probed. Configs saved before this field mean true."""
     qk_norm: bool | None = None
     """RMS-normalise queries and keys per head before the dot product."""
     swiglu: bool | None = None
@@ -44,8 +51,10 @@ class ModelConfig:
     fc_norm: bool | None = None
     """Norm placement of the mean pool: true pools the blocks' patch tokens first and normalises
     the mean with a separate LayerNorm (timm/MAE `global_pool="avg"` with `fc_norm`, Bird-MAE's
-    pooling); false (default) normalises every token with the final norm, then pools. Patch
-    tokens are final-normed either way; pool="cls" ignores it."""
+    pooling); false (default) normalises every token with the final norm, then pools;
+    pool="cls" ignores it. Patch tokens in training are final-normed either way; `embed`'s
+    pool="patches" gives them final-normed without fc_norm (our models) and un-normed with it
+    (Bird-MAE: the last block's output, Hugging Face's `hidden_states[-1]`)."""
     gelu: typing.Literal["tanh", "erf"] | None = None
     """GELU of the MLP: the tanh approximation (JAX's default, ours) or the exact erf form
     (PyTorch's nn.GELU, timm, Bird-MAE)."""
@@ -70,14 +79,14 @@ class ModelConfig:
 _BASE = dict(
     patch=(16, 16), mlp_ratio=4.0, n_registers=4, pos="absolute", qk_norm=False,
     swiglu=False, layerscale=0.0, pool="cls", remat="none", compute_dtype="float32",
-    attention="auto", fc_norm=False, gelu="tanh",
+    attention="auto", fc_norm=False, gelu="tanh", train_pos=True,
 )
 _GPU = dict(n_registers=7, remat="block", compute_dtype="bfloat16")
 """GPU presets: a 264-token sequence, bf16 compute, and the cheapest remat that leaves >= 15 %
 of 80 GB free at batch 256 x 2 views (XLA's CPU memory analysis, configs/vit-*.toml)."""
 _BIRD_MAE = dict(
     _BASE, n_registers=0, pool="mean", fc_norm=True, gelu="erf", remat="block",
-    compute_dtype="bfloat16",
+    compute_dtype="bfloat16", train_pos=False,
 )
 """Bird-MAE (Rauch et al. 2025; birdjepa.models): a timm ViT with a CLS token, no registers, exact
 GELU and a mean pool normalised by fc_norm; position table as imported (absolute)."""
@@ -87,8 +96,9 @@ PRESETS: dict[str, dict] = {
     "vit-b": {**_BASE, **_GPU, "width": 768, "depth": 12, "n_heads": 12},
     "bird-mae-base": {**_BIRD_MAE, "width": 768, "depth": 12, "n_heads": 12},
     "bird-mae-large": {**_BIRD_MAE, "width": 1024, "depth": 24, "n_heads": 16},
+    "bird-mae-huge": {**_BIRD_MAE, "width": 1280, "depth": 32, "n_heads": 16},
 }
-LEGACY = {"model.fc_norm": False, "model.gelu": "tanh"}
+LEGACY = {"model.fc_norm": False, "model.gelu": "tanh", "model.train_pos": True}
 """Fields added after checkpoints were saved, with the value that reproduces the behaviour those
 checkpoints were trained with. A saved config without the key means this value: config_diff
 and config_hash (birdjepa.config) treat "missing" and this value as the same, so old runs

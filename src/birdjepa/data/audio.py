@@ -20,6 +20,12 @@ import birdjepa._rs as _rs
 import birdjepa.data.paths
 
 FBANK_OPTIONS: tuple[str, ...] = tuple(_rs.FBANK_OPTIONS)
+FBANK_DEFAULTS = {"frame_length_ms": 25.0, "frame_shift_ms": 10.0, "round_to_power_of_two": True,
+                  "preemph": 0.97, "remove_dc": True, "dither": 0.0, "window_type": "hanning",
+                  "snip_edges": True, "low_freq": 20.0, "high_freq": 0.0, "use_power": True,
+                  "use_log_fbank": True, "use_energy": False}
+"""The fbank the loader, `clip` and `embed` compute (n_mels aside): recorded in exports as the
+model's input, in Kaldi's terms."""
 
 
 def _bytes(data: bytes | bytearray | memoryview | str | os.PathLike) -> bytes:

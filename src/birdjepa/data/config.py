@@ -91,8 +91,8 @@ class LoaderConfig:
     n_views: int = 1
     """Crops per row; batches are then (V, B, T, M) when > 1 (lejepa needs >= 2)."""
     n_frames: int = 512
-    """Frames per clip (the T of (B, T, M)): shorter clips are padded with 0.0 after
-    normalisation, longer ones cut. A training encoder needs a multiple of model.patch[0]."""
+    """Frames per clip (the T of (B, T, M)): shorter clips are padded (see `pad`), longer ones
+    cut. A training encoder needs a multiple of model.patch[0]."""
     n_mels: int = 128
     """Mel bins (the M of (B, T, M)); a training encoder needs a multiple of model.patch[1]."""
     block_size: int = 16
@@ -105,6 +105,11 @@ class LoaderConfig:
     """Normalisation: (x - mean) / (2 * std)."""
     std: float = DEFAULT_STD
     """Normalisation: (x - mean) / (2 * std)."""
+    pad: str = _added("zero")
+    """Frames of a clip shorter than n_frames (5 s gives 498 Kaldi frames of 512): "zero" pads
+    with 0.0 after normalising (the mean; our models), "min" with the clip's minimum log-mel
+    value before normalising (Bird-MAE's feature extractor; the Bird-MAE presets use it). A clip
+    of n_frames or more is cut either way."""
     max_replacements: int = 16
     """Train mode: later rows tried in place of a failed one before the slot is invalid."""
     clip_s: float = 5.0
@@ -208,7 +213,8 @@ class LoaderConfig:
         if not self.clip_s > 0.0:
             raise bad_argument("clip_s", "seconds > 0", self.clip_s)
         self._check_window()
-        for name, allowed in (("crop", ("random", "events")), ("segment", ("centre", "columns"))):
+        for name, allowed in (("crop", ("random", "events")), ("segment", ("centre", "columns")),
+                              ("pad", ("zero", "min"))):
             if getattr(self, name) not in allowed:
                 raise bad_argument(name, f"one of {', '.join(allowed)}",
                                    json.dumps(getattr(self, name)))

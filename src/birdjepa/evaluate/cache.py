@@ -40,12 +40,13 @@ CACHE_VERSION = 2
 def windows(enc, cfg: config.EvalConfig, role: str) -> embed.Windows:
     """Training windows (centre crop or sliding) or test windows (one centre window per
     segment) for an encoder's input shape."""
-    _, n_frames, n_mels = embed.load(enc.model)
-    common = dict(window_s=cfg.window_s, n_frames=n_frames, n_mels=n_mels)
+    audio = enc.audio or embed.load_model(enc.model)[1]  # every input setting from the model
     if role == "test":
-        return embed.Windows(centre=True, segment=cfg.segment, segment_columns=(
-            cfg.segment_start_column, cfg.segment_end_column), **common)
-    return embed.Windows(hop_s=cfg.hop_s, centre=cfg.train_windows == "centre", **common)
+        return embed.Windows.for_model(
+            audio, window_s=cfg.window_s, centre=True, segment=cfg.segment,
+            segment_columns=(cfg.segment_start_column, cfg.segment_end_column))
+    return embed.Windows.for_model(audio, window_s=cfg.window_s, hop_s=cfg.hop_s,
+                                   centre=cfg.train_windows == "centre")
 
 
 def pool_of(enc, cfg: config.EvalConfig) -> str:
@@ -58,7 +59,8 @@ def cache_key(enc, source, w: embed.Windows, pool: str, audio_column: str,
     where path-only audio is read, when audio_root or path_map is set)."""
     blob = json.dumps({
         "version": CACHE_VERSION, "encoder": enc.digest, "model": repr(enc.model.cfg),
-        "windows": dataclasses.asdict(w), "pool": pool, "audio_column": audio_column,
+        "windows": {k: v for k, v in dataclasses.asdict(w).items()  # keys of old caches kept
+                    if (k, v) != ("pad", "zero")}, "pool": pool, "audio_column": audio_column,
         "data": data_fp, **({"files": files} if files else {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

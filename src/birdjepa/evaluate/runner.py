@@ -60,6 +60,9 @@ class Encoder:
     objective: str = ""
     """What trained it, for the report: the run's objective, "random init of <objective>",
     "export (<head kind>)", "imported" or "precomputed embeddings"."""
+    audio: dict | None = None
+    """The model's input settings (birdjepa.models.artifact.INPUT_KEYS); None: those of the
+    bare ViT (birdjepa.models.inference.input_of)."""
 
 
 def _sha256(data: bytes) -> str:
@@ -107,7 +110,7 @@ def _file_encoder(spec: str) -> Encoder:
                    config_hash=_sha256(json.dumps(model_cfg, sort_keys=True,
                                                   default=str).encode())[:16],
                    digest=digest, objective="imported" if imported else
-                   f"export ({model.head_kind or 'no head'})")
+                   f"export ({model.head_kind or 'no head'})", audio=model.audio)
 
 
 def _one_line(e: BaseException) -> str:
@@ -146,7 +149,8 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
             run_dir=str(pathlib.Path(run_dir).resolve()), step=int(restored.step),
             config_hash=birdjepa.config.config_hash(dataclasses.asdict(tcfg)),
             digest=birdjepa.runtime.integrity.checkpoint_digest(run_dir, restored.step),
-            objective=tcfg.objective.name))
+            objective=tcfg.objective.name,
+            audio=birdjepa.models.artifact.run_input(tcfg.data, run_dir)))
     for path in cfg.random:
         model, tcfg = random_encoder(path)
         out.append(Encoder(

@@ -28,6 +28,7 @@ import numpy as np
 
 import birdjepa.config
 import birdjepa.config.architecture
+import birdjepa.data.audio
 import birdjepa.data.table
 import birdjepa.model
 import birdjepa.models.bird_mae as bird_mae
@@ -43,6 +44,32 @@ import birdjepa.runtime.rundir
 
 FORMAT = "birdjepa-encoder"
 VERSION = 1
+INPUT_KEYS = ("sample_rate", "n_mels", "n_frames", "window_s", "mean", "std", "pad", "window",
+              "fbank")
+"""An encoder's input settings, as `Model.audio` and an export's config.json "audio" hold them:
+the rate audio is resampled to, the Kaldi fbank (`fbank`: its options, n_mels aside), the clip
+seconds and frames, the padding of a clip shorter than n_frames (birdjepa.data.LoaderConfig.pad),
+the normalisation (x - mean) / (2 * std), and `window`: where a recording's clip is taken from
+("start": its first window_s seconds, as Bird-MAE's extractor; "centre": the loader's eval crop,
+our runs, whose training crops were random)."""
+LEGACY_INPUT = {"pad": "zero", "window": "centre"}
+"""What an export written before these keys were recorded used (so it reproduces exactly)."""
+
+
+def input_settings(audio: dict, what: str) -> dict:
+    """`audio` with every INPUT_KEYS entry: a legacy export's missing ones filled from
+    LEGACY_INPUT and the one fbank we compute; an fbank or pad we cannot compute is a one-line
+    ValueError naming `what`, the expected and the actual value."""
+    a = {**LEGACY_INPUT, "fbank": dict(birdjepa.data.audio.FBANK_DEFAULTS), **audio}
+    if a["fbank"] != birdjepa.data.audio.FBANK_DEFAULTS:
+        raise ValueError(f"{what}: fbank: expected the options birdjepa computes "
+                         f"{birdjepa.data.audio.FBANK_DEFAULTS}, got {a['fbank']}")
+    if a["pad"] not in ("zero", "min"):
+        raise ValueError(f"{what}: pad: expected 'zero' or 'min', got {a['pad']!r}")
+    missing = [k for k in INPUT_KEYS if k not in a]
+    if missing:
+        raise ValueError(f"{what}: expected input settings {list(INPUT_KEYS)}, missing {missing}")
+    return a
 
 
 @dataclasses.dataclass
@@ -51,7 +78,8 @@ class Model:
 
     encoder: birdjepa.model.ViT
     audio: dict
-    """sample_rate, n_mels, n_frames, window_s, mean, std: the transform the encoder expects."""
+    """The input the encoder expects (INPUT_KEYS): sample_rate, n_mels, n_frames, window_s,
+    mean, std, pad, window, fbank."""
     classes: list[str] | None = None
     """Class names of the head's outputs (index order)."""
     head: typing.Any = None
@@ -93,6 +121,12 @@ def restore_state(run_dir: str | os.PathLike, *, step: int | None = None):
     return restored, static, cfg
 
 
+def run_input(d, what: str) -> dict:
+    """The input settings of a run trained on loader settings `d` (its config's data)."""
+    return input_settings(dict(sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames,
+                               window_s=d.clip_s, mean=d.mean, std=d.std, pad=d.pad), what)
+
+
 def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:
     """A run directory's encoder, class head and audio settings."""
     restored, static, cfg = restore_state(run_dir, step=step)
@@ -102,9 +136,7 @@ def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:
         head, kind = eqx.combine(params["heads"], static["heads"]).head, "supervised"
     else:
         head, kind = eqx.combine(params["probe"], static["probe"]), "probe"
-    d = cfg.data  # the loader settings the encoder was trained on
-    audio = dict(sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames,
-                 window_s=d.clip_s, mean=d.mean, std=d.std)
+    audio = run_input(cfg.data, str(run_dir))
     info = {"config": dataclasses.asdict(cfg), "step": int(restored.step),
             "checkpoint_digest": birdjepa.runtime.integrity.checkpoint_digest(
                 run_dir, restored.step),
@@ -189,17 +221,21 @@ def load_export(out_dir: str | os.PathLike) -> Model:
     mcfg = birdjepa.config.from_dict(birdjepa.config.architecture.ModelConfig,
                                      birdjepa.config.strip_none(meta["model"]))
     mcfg = birdjepa.config.architecture.resolve(mcfg)
-    a = meta["audio"]
+    a = input_settings(meta["audio"], str(out / "config.json"))
     skel = eqx.filter_eval_shape(lambda: birdjepa.model.ViT(
         mcfg, n_frames=a["n_frames"], n_mels=a["n_mels"], key=jax.random.key(0)))
-    enc = bird_mae.fill(skel, st.load(out / "encoder.safetensors")[0])
+    arrays = st.load(out / "encoder.safetensors")[0]
+    st.check_weights(arrays, str(out / "encoder.safetensors"))
+    enc = bird_mae.fill(skel, arrays)
     head, kind, classes = None, meta["head"]["kind"], meta["head"]["classes"]
     if kind and (out / "head.safetensors").is_file():
         n = len(classes)
         make = (lambda: birdjepa.model.Linear(mcfg.width, n, key=jax.random.key(0))) \
             if kind == "supervised" else \
             (lambda: birdjepa.objectives.probe.init(mcfg.width, n, key=jax.random.key(0)))
-        head = bird_mae.fill(eqx.filter_eval_shape(make), st.load(out / "head.safetensors")[0])
+        arrays = st.load(out / "head.safetensors")[0]
+        st.check_weights(arrays, str(out / "head.safetensors"))
+        head = bird_mae.fill(eqx.filter_eval_shape(make), arrays)
     info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary", "forced")}
     return Model(enc, a, classes, head, kind, str(out), info)
 
@@ -212,7 +248,8 @@ def open_model(spec: str | os.PathLike) -> Model:
     name, _, weights = s.partition(":")
     if name in bird_mae.PRESETS and weights:
         enc = bird_mae.load(name, weights)
-        return Model(enc, dict(bird_mae.AUDIO), source=s, info={"imported": name})
+        return Model(enc, input_settings(bird_mae.AUDIO, name), source=s,
+                     info={"imported": name})
     if is_export(s):
         return load_export(s)
     if birdjepa.runtime.rundir.is_run_dir(s):

@@ -43,13 +43,18 @@ import birdjepa.data
 import birdjepa.model
 import birdjepa.models.safetensors as st
 
-PRESETS = {"bird-mae-base": "bird-mae-base", "bird-mae-large": "bird-mae-large"}
+PRESETS = {"bird-mae-base": "bird-mae-base", "bird-mae-large": "bird-mae-large",
+           "bird-mae-huge": "bird-mae-huge"}
 SKIPPED = ("decoder_", "decoder.", "mask_token", "head.")
 """Published keys that are not the encoder's (a pre-training checkpoint's decoder, a classifier)."""
 AUDIO = {"sample_rate": 32000, "n_mels": 128, "n_frames": 512, "window_s": 5.0,
-         "mean": -7.2, "std": 4.43}
-"""Bird-MAE's preprocessor_config.json: 32 kHz, 128 mels, 512 frames, mean -7.2, std 4.43
-(normalised by 2 * std, like our loader)."""
+         "mean": -7.2, "std": 4.43, "pad": "min", "window": "start"}
+"""Bird-MAE's feature extractor (preprocessor_config.json): the first 5 s of a 32 kHz waveform,
+zero-padded to 160,000 samples; Kaldi fbank, 128 mels (498 frames); padded to 512 frames with the
+clip's minimum fbank value before normalising (pad="min"); (x + 7.2) / (2 * 4.43)."""
+PREFIXES = ("model.", "encoder.")
+"""Leading key prefixes dropped (in this order) when every key has them: "model." (Hugging
+Face), "encoder." (Bird-SSL's Lightning checkpoints, once converted to safetensors)."""
 SINCOS_ATOL = 1e-5
 
 
@@ -59,8 +64,8 @@ class ConversionError(ValueError):
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """A state dict from `safetensors`. A PyTorch .bin/.pt (pickle) is refused with the one-line
-    conversion (torch is not a dependency)."""
+    """A state dict from `safetensors`. A PyTorch .bin/.pt or Lightning .ckpt (pickles) is
+    refused with the one-line conversion (torch is not a dependency)."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"weights: expected a .safetensors file, got {str(path)!r}, "
@@ -75,10 +80,12 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
         if magic != b"PK" and not (magic[:1] == b"\x80" and magic[1:] in b"\x02\x03\x04\x05"):
             raise
     raise ConversionError(
-        f"{path}: a PyTorch pickle checkpoint; convert it to safetensors first, where torch "
-        "is installed: python -c \"import torch, safetensors.torch as s; "
-        f"d = torch.load('{path}', map_location='cpu'); d = d.get('model', d); "
-        f"s.save_file({{k: v.contiguous() for k, v in d.items()}}, '{path.stem}.safetensors')\"")
+        f"{path}: a PyTorch pickle checkpoint (.bin/.pt, or a Lightning .ckpt); convert it to "
+        "safetensors first, where torch is installed: python -c \"import torch, "
+        f"safetensors.torch as s; d = torch.load('{path}', map_location='cpu', "
+        "weights_only=False); d = d.get('state_dict', d.get('model', d)); "
+        "s.save_file({k: v.contiguous() for k, v in d.items() if torch.is_tensor(v)}, "
+        f"'{path.stem}.safetensors')\"")
 
 
 def expected_shapes(cfg: birdjepa.config.architecture.ModelConfig, n_patches: int) -> dict[str, tuple]:
@@ -98,9 +105,11 @@ def expected_shapes(cfg: birdjepa.config.architecture.ModelConfig, n_patches: in
 
 def check(sd: dict[str, np.ndarray], cfg, n_patches: int, what: str) -> dict[str, np.ndarray]:
     """`sd` without its prefix and skipped keys; ConversionError naming every fault at once."""
-    sd = {k: v for k, v in sd.items() if not k.removeprefix("model.").startswith(SKIPPED)}
-    if sd and all(k.startswith("model.") for k in sd):
-        sd = {k.removeprefix("model."): v for k, v in sd.items()}
+    sd = {k: v for k, v in sd.items()
+          if not k.removeprefix("model.").removeprefix("encoder.").startswith(SKIPPED)}
+    for prefix in PREFIXES:
+        if sd and all(k.startswith(prefix) for k in sd):
+            sd = {k.removeprefix(prefix): v for k, v in sd.items()}
     want = expected_shapes(cfg, n_patches)
     missing = [k for k in want if k not in sd]
     unexpected = sorted(k for k in sd if k not in want)
@@ -126,6 +135,7 @@ def convert(sd: dict[str, np.ndarray], preset: str = "bird-mae-base", *, n_frame
     (pt, pm), d = base.patch, base.width
     grid = (n_frames // pt, n_mels // pm)
     sd = check(sd, base, grid[0] * grid[1], f"{what} as {preset}")
+    st.check_weights(sd, what)
     f32 = {k: np.asarray(v, np.float32) for k, v in sd.items()}
     table = f32["pos_embed"][0, 1:]
     sincos = np.allclose(table, birdjepa.model.sincos_2d(grid, d), atol=SINCOS_ATOL, rtol=0)

@@ -34,6 +34,21 @@ def _eval_lines(summary: dict | None, run_dir, step, held_out: bool = True,
             "No training-split figures were recorded."]
 
 
+def input_words(a: dict) -> str:
+    """The encoder's input (birdjepa.models.artifact.INPUT_KEYS) in words a user of another
+    framework can follow."""
+    f = a.get("fbank") or {}
+    fb = ", ".join(f"{k}={v}" for k, v in f.items())
+    where = {"start": "the first", "centre": "the centre"}.get(a.get("window"), "a")
+    pad = ("the clip's minimum log-mel value, before normalising" if a.get("pad") == "min"
+           else "0.0 after normalising")
+    return (f"mono audio resampled to {a['sample_rate']} Hz; {where} {a['window_s']} s of a "
+            f"recording, zero-padded to {a['window_s']} s when shorter; a Kaldi log-mel fbank "
+            f"with {a['n_mels']} mel bins ({fb}); cut or padded to {a['n_frames']} frames, the "
+            f"padding being {pad}; normalised as (x - ({a['mean']})) / (2 * {a['std']}). "
+            f"Input shape (batch, {a['n_frames']}, {a['n_mels']}).")
+
+
 def render(meta: dict, run_dir=None) -> str:
     """Markdown: objective, data, steps, evaluation results (when present), how to load."""
     cfg = meta.get("config") or {}
@@ -58,9 +73,7 @@ def render(meta: dict, run_dir=None) -> str:
         "",
         f"- training shards: `{data.get('train_shards')}`, evaluation: "
         f"`{data.get('eval_shards')}`, label column `{data.get('label_column')}`",
-        f"- input: {a['n_frames']} frames x {a['n_mels']} mel bins of a Kaldi log-mel fbank at "
-        f"{a['sample_rate']} Hz ({a['window_s']} s windows), normalised as "
-        f"(x - ({a['mean']})) / (2 * {a['std']})",
+        f"- input: {input_words(a)}",
         f"- head: {head.get('kind')} over {len(classes)} classes: {shown}",
         "",
         "## Evaluation",

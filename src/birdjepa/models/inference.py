@@ -2,8 +2,9 @@
 
 Per window: decode (seeking where the container allows), resample to `sample_rate` (32 kHz),
 Kaldi log-mel fbank (`birdjepa.data.audio.clip`, the Rust code the loader runs), normalise as
-`(x - mean) / (2 * std)` and pad with 0.0 (after normalisation) or cut to the encoder's
-`n_frames`: what `birdjepa.data.Loader` feeds the encoder. `centre=True` takes the loader's eval
+`(x - mean) / (2 * std)` and pad (`pad`: 0.0 after normalising, or the clip's minimum log-mel
+value for Bird-MAE) or cut to the encoder's `n_frames`: what `birdjepa.data.Loader` feeds the
+encoder. Every input setting comes from the model (`input_of`), never from a default. `centre=True` takes the loader's eval
 crop (one window at the centre of each recording; tests/test_embed.py checks equality with the
 loader); otherwise windows of `window_s` start every `hop_s` (default `window_s`) until the end,
 the last one zero-padded. A raw `(wave, sample_rate)` array is resampled whole, then cut.
@@ -33,6 +34,8 @@ import birdjepa.data.paths
 import birdjepa.data.table as table
 import birdjepa.model
 import birdjepa.models
+import birdjepa.models.artifact
+import birdjepa.models.bird_mae
 import birdjepa.runtime.rundir
 
 POOLS = ("cls", "mean", "patches")
@@ -54,13 +57,16 @@ class Windows:
     sample_rate: int = 32000
     """Rate the audio is resampled to before the fbank."""
     n_frames: int = 512
-    """Encoder input frames; longer features are cut, shorter padded with 0.0 after normalising."""
+    """Encoder input frames; longer features are cut, shorter padded (`pad`)."""
     n_mels: int = 128
     """Mel bins."""
     mean: float = birdjepa.data.DEFAULT_MEAN
     """Normalisation mean of the log-mel values."""
     std: float = birdjepa.data.DEFAULT_STD
     """Normalisation std; the loader divides by 2 * std."""
+    pad: str = "zero"
+    """Frames past a clip shorter than n_frames: "zero" (0.0 after normalising) or "min" (the
+    clip's minimum log-mel value before normalising: Bird-MAE)."""
     segment: str = "centre"
     """With `centre`: "centre" (the loader's eval crop; a file no longer than the window is taken
     whole) or "columns" (each row's [start, end] seconds from `segment_columns`, cut exactly
@@ -81,32 +87,64 @@ class Windows:
         return [i * hop / sr for i in range(n)]
 
     def normalise(self, feats_tm: np.ndarray) -> np.ndarray:
-        """(n_frames, n_mels) float32: the loader's normalisation, then cut or zero-pad."""
+        """(n_frames, n_mels) float32: the loader's normalisation, then cut or pad."""
         if feats_tm.shape[1] != self.n_mels:
             raise ValueError(f"expected {self.n_mels} mel bins, got {feats_tm.shape[1]}")
         out = np.zeros((self.n_frames, self.n_mels), np.float32)
         t = min(self.n_frames, len(feats_tm))
-        out[:t] = (feats_tm[:t] - np.float32(self.mean)) * np.float32(1.0 / (2.0 * self.std))
+        scale = np.float32(1.0 / (2.0 * self.std))
+        out[:t] = (feats_tm[:t] - np.float32(self.mean)) * scale
+        if self.pad == "min" and 0 < t < self.n_frames:
+            out[t:] = (feats_tm[:t].min() - np.float32(self.mean)) * scale
         return out
+
+    @classmethod
+    def for_model(cls, audio: dict, *, window_s: float | None = None, **kw) -> "Windows":
+        """Windows feeding a model whose input settings are `audio` (input_of): every setting
+        from the model; `window_s` None is the model's clip (a window's frames beyond the
+        model's n_frames are cut, shorter ones padded, as the loader does)."""
+        window_s = audio["window_s"] if window_s is None else window_s
+        return cls(window_s=window_s, sample_rate=audio["sample_rate"],
+                   n_frames=audio["n_frames"], n_mels=audio["n_mels"], mean=audio["mean"],
+                   std=audio["std"], pad=audio["pad"], **kw)
+
+
+def input_of(model) -> dict:
+    """The input settings (birdjepa.models.artifact.INPUT_KEYS) of a birdjepa.models.Model (its
+    own), or of a bare ViT: Bird-MAE's published input for a bird-mae-* preset (what
+    `birdjepa.models.load` returns), else the loader's defaults (birdjepa.data.LoaderConfig)."""
+    if isinstance(model, birdjepa.models.Model):
+        return model.audio
+    if str(model.cfg.preset).startswith("bird-mae"):
+        return birdjepa.models.artifact.input_settings(birdjepa.models.bird_mae.AUDIO, "model")
+    d = birdjepa.data.LoaderConfig()
+    return birdjepa.models.artifact.input_settings(dict(
+        sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames, window_s=d.clip_s,
+        mean=d.mean, std=d.std, pad=d.pad), "model")
 
 
 def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, int, int]:
     """(encoder, n_frames, n_mels) from a ViT, a birdjepa.models.Model, a run directory, an
     export directory or an imported model spec ("bird-mae-base:PATH")."""
-    if isinstance(encoder_or_run_dir, birdjepa.model.ViT):
-        enc = encoder_or_run_dir
-    elif isinstance(encoder_or_run_dir, birdjepa.models.Model):
-        enc = encoder_or_run_dir.encoder
-    elif isinstance(encoder_or_run_dir, str | os.PathLike):
-        if birdjepa.runtime.rundir.is_run_dir(encoder_or_run_dir):
-            enc, _ = birdjepa.models.load_encoder(encoder_or_run_dir, step=step)
-        else:
-            enc = birdjepa.models.open_model(encoder_or_run_dir).encoder
-    else:
-        raise TypeError("expected a birdjepa.model.ViT, a birdjepa.models.Model, a run or "
-                        f"export directory, got {type(encoder_or_run_dir).__name__}")
+    enc, _ = load_model(encoder_or_run_dir, step=step)
     (pt, pm), (gt, gm) = enc.cfg.patch, enc.grid
     return enc, pt * gt, pm * gm
+
+
+def load_model(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, dict]:
+    """(encoder, its input settings: `input_of`) from what `load` takes."""
+    x = encoder_or_run_dir
+    if isinstance(x, birdjepa.model.ViT | birdjepa.models.Model):
+        m = x
+    elif isinstance(x, str | os.PathLike):
+        if birdjepa.runtime.rundir.is_run_dir(x):
+            enc, cfg = birdjepa.models.load_encoder(x, step=step)
+            return enc, birdjepa.models.artifact.run_input(cfg.data, str(x))
+        m = birdjepa.models.open_model(x)
+    else:
+        raise TypeError("expected a birdjepa.model.ViT, a birdjepa.models.Model, a run or "
+                        f"export directory, got {type(x).__name__}")
+    return (m.encoder if isinstance(m, birdjepa.models.Model) else m), input_of(m)
 
 
 # -- sources ----------------------------------------------------------------------------------
@@ -286,7 +324,7 @@ def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_w
     `files`: the loader's audio_root, path_map and max_audio_mb."""
     cfg = birdjepa.data.LoaderConfig(
         n_workers=max(1, n_workers), n_frames=w.n_frames, n_mels=w.n_mels, clip_s=w.window_s,
-        sample_rate=w.sample_rate, mean=w.mean, std=w.std, audio_column=audio_column,
+        sample_rate=w.sample_rate, mean=w.mean, std=w.std, pad=w.pad, audio_column=audio_column,
         label_column=None, segment=w.segment, segment_start_column=w.segment_columns[0],
         segment_end_column=w.segment_columns[1], **files)
     with birdjepa.data.Loader(source, config=cfg, mode="eval", batch_size=batch_size) as loader:
@@ -348,7 +386,9 @@ def with_pool(encoder: birdjepa.model.ViT, pool: str) -> birdjepa.model.ViT:
 
 @eqx.filter_jit
 def _forward(encoder, x_btm, want_patches: bool):
-    out = encoder(x_btm)
+    # Patch tokens: un-normed for a model with fc_norm (Bird-MAE's layout: Hugging Face's
+    # hidden_states[-1]), final-normed for ours (model.fc_norm's docstring).
+    out = encoder(x_btm, normed_patches=not encoder.cfg.fc_norm)
     return out.pooled_bd, (out.patches_bnd if want_patches else None)
 
 
@@ -392,7 +432,7 @@ def encode(encoder: birdjepa.model.ViT, batches, pools: tuple[str, ...],
     return {k: np.concatenate(v) if v else np.zeros((0,)) for k, v in out.items()}
 
 
-def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | None = None,
+def embed(encoder_or_run_dir, source, *, window_s: float | None = None, hop_s: float | None = None,
           centre: bool = False, pool: str | tuple[str, ...] | None = None, batch_size: int = 64,
           audio_column: str = "audio", n_workers: int = 2, out: str | os.PathLike | None = None,
           step: int | None = None, segment: str = "centre",
@@ -415,16 +455,20 @@ def embed(encoder_or_run_dir, source, *, window_s: float = 5.0, hop_s: float | N
     `segment_columns` (e.g. BirdSet's event-level test split), cut exactly there. Path-only
     audio of a table moved since it was written: `path_map` {stored prefix: local prefix} and
     `audio_root` (relative paths), as the loader takes them (birdjepa.data.paths).
+    `window_s` None is the model's clip (its input settings, `input_of`: sample rate, fbank,
+    frames, padding and normalisation all come from the model). For a model with fc_norm
+    (Bird-MAE) "patches" are the last block's tokens un-normed (Hugging Face's
+    hidden_states[-1]); for ours, final-normed.
 
     Returns {pool name: (windows, d) or, for "patches", (windows, patches, d) float32,
     "row": (windows,) int64 row id (0 for a single recording), "start_s": (windows,) float64}.
     With `out`, also writes them to `out` (.npz; .arrow: an Arrow IPC file, one row per window,
     arrays flattened).
     """
-    enc, n_frames, n_mels = load(encoder_or_run_dir, step=step)
+    enc, audio = load_model(encoder_or_run_dir, step=step)
     pools = (pool,) if isinstance(pool, str) else tuple(pool or (enc.cfg.pool,))
-    w = Windows(window_s=window_s, hop_s=hop_s, centre=centre, n_frames=n_frames, n_mels=n_mels,
-                segment=segment, segment_columns=tuple(segment_columns))
+    w = Windows.for_model(audio, window_s=window_s, hop_s=hop_s, centre=centre,
+                          segment=segment, segment_columns=tuple(segment_columns))
     batches = features(source, w, batch_size=batch_size, audio_column=audio_column,
                        n_workers=n_workers, channels_first=channels_first,
                        audio_root=audio_root, path_map=path_map)

@@ -100,7 +100,7 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
     return Source(shards=src, columns=cols)
 
 
-def add_common(p: cli_args.Parser, *, window_s: float = 5.0, out_required: bool = True) -> None:
+def add_common(p: cli_args.Parser, *, window_s: float | None = None, out_required: bool = True) -> None:
     """MODEL, SOURCE and the options both command lines take (birdjepa.runtime.cli_args)."""
     p.add_argument("model", metavar="MODEL", help="a run directory (its latest checkpoint), an "
                    "export directory (python -m birdjepa.export) or NAME:WEIGHTS for an "
@@ -111,7 +111,7 @@ def add_common(p: cli_args.Parser, *, window_s: float = 5.0, out_required: bool 
     p.add_argument("--out", required=out_required, default=None,
                    help="output file; its suffix picks the format")
     p.add_argument("--window_s", type=cli_args.converter(float), default=window_s,
-                   help="window length in seconds (the training clip)")
+                   help="window length in seconds (default: the model's clip, e.g. 5 s)")
     p.add_argument("--hop_s", type=cli_args.converter(float), default=None,
                    help="window start spacing in seconds (default: --window_s, i.e. tiling); "
                    "a window past the recording's end is zero-padded (padded_s says how much)")
@@ -132,10 +132,9 @@ def add_common(p: cli_args.Parser, *, window_s: float = 5.0, out_required: bool 
 
 
 def windows(m: export.Model, args) -> embed.Windows:
-    a = m.audio
-    return embed.Windows(window_s=args.window_s, hop_s=args.hop_s, centre=args.centre,
-                         sample_rate=a["sample_rate"], n_frames=a["n_frames"],
-                         n_mels=a["n_mels"], mean=a["mean"], std=a["std"])
+    """The model's input settings (embed.Windows.for_model) with the command line's windows."""
+    return embed.Windows.for_model(m.audio, window_s=args.window_s, hop_s=args.hop_s,
+                                   centre=args.centre)
 
 
 class Progress:

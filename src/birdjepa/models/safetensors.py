@@ -43,18 +43,52 @@ def read_header(path: str | os.PathLike) -> tuple[dict, dict, int]:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise FormatError(f"{path}: header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise FormatError(f"{path}: header: expected a JSON object of tensors, got a JSON "
+                          f"{type(header).__name__}")
     meta = header.pop("__metadata__", {}) or {}
+    if not isinstance(meta, dict):
+        raise FormatError(f"{path}: __metadata__: expected a JSON object, got {meta!r:.80}")
     data_len = size - 8 - n
     for name, e in header.items():
-        if e.get("dtype") not in DTYPES:
-            raise FormatError(f"{path}: tensor {name!r}: dtype {e.get('dtype')!r} not one of "
-                              f"{sorted(DTYPES)}")
+        _check_entry(path, name, e)
         begin, end = e["data_offsets"]
         want = DTYPES[e["dtype"]].itemsize * int(np.prod(e["shape"], dtype=np.int64))
         if not 0 <= begin <= end <= data_len or end - begin != want:
             raise FormatError(f"{path}: tensor {name!r}: data_offsets {[begin, end]} do not "
                               f"hold {e['dtype']} {e['shape']} in {data_len} data bytes")
     return header, meta, 8 + n
+
+
+def _check_entry(path, name: str, e) -> None:
+    """A header entry with a known dtype, a shape of ints >= 0 and two int data_offsets."""
+    if not isinstance(e, dict):
+        raise FormatError(f"{path}: tensor {name!r}: expected an object with dtype, shape and "
+                          f"data_offsets, got {e!r:.80}")
+    if e.get("dtype") not in DTYPES:
+        raise FormatError(f"{path}: tensor {name!r}: dtype {e.get('dtype')!r} not one of "
+                          f"{sorted(DTYPES)}")
+    ints = lambda v: isinstance(v, list) and all(  # noqa: E731
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v)
+    if not ints(e.get("shape")):
+        raise FormatError(f"{path}: tensor {name!r}: shape: expected a list of ints >= 0, got "
+                          f"{e.get('shape')!r:.80}")
+    if not (ints(e.get("data_offsets")) and len(e["data_offsets"]) == 2):
+        raise FormatError(f"{path}: tensor {name!r}: data_offsets: expected [begin, end], got "
+                          f"{e.get('data_offsets')!r:.80}")
+
+
+def check_weights(arrays: dict[str, np.ndarray], what: str) -> None:
+    """Weights as an encoder needs them: every tensor floating point and finite; otherwise a
+    one-line FormatError naming `what`, the tensor and the fault."""
+    for name, a in arrays.items():
+        if not np.issubdtype(a.dtype, np.floating):
+            raise FormatError(f"{what}: tensor {name!r}: expected floating-point weights, got "
+                              f"dtype {a.dtype}")
+        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+        if bad:
+            raise FormatError(f"{what}: tensor {name!r}: expected finite weights, got {bad} "
+                              f"NaN or infinite value(s) of {a.size}")
 
 
 def load(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:

@@ -399,9 +399,13 @@ def _init_from_files(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
     """`init_from` for an export directory or an imported model: the same architecture check
     (the preset's name aside), then its arrays replicated over the mesh."""
     m = birdjepa.models.open_model(cfg.init_encoder)
+    a = m.audio  # the input the encoder expects: a training config contradicting it is refused
     saved = {"model": dataclasses.asdict(m.encoder.cfg),
-             "data": {"n_frames": m.audio["n_frames"], "n_mels": m.audio["n_mels"]}}
-    birdjepa.config.check_same(saved, cfg, keys=birdjepa.config.ENCODER_SHAPING,
+             "data": {k: a[k] for k in ("n_frames", "n_mels", "sample_rate", "mean", "std",
+                                        "pad")}}
+    keys = (*birdjepa.config.ENCODER_SHAPING, "data.sample_rate", "data.mean", "data.std",
+            "data.pad")
+    birdjepa.config.check_same(saved, cfg, keys=keys,
                                ignore=(*birdjepa.config.ENCODER_FREE, "model.preset"),
                                what=f"init_encoder: {cfg.init_encoder} holds another model")
     arrays = eqx.filter(m.encoder, eqx.is_array)
