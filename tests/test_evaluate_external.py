@@ -24,13 +24,15 @@ def _cfg(corpus, out, **kw):  # noqa: F811
 
 
 def _write(enc, source, path, batch_size):
-    """What `python -m birdjepa.embed ... --centre --out PATH` writes for a table source."""
-    e = birdjepa.embed(enc, source, window_s=5.0, centre=True, pool="mean",
+    """What `python -m birdjepa.embed ... --centre --out PATH` writes for a table source, with
+    the encoder's own pooling (the one a direct evaluation uses)."""
+    pool = enc.cfg.pool
+    e = birdjepa.embed(enc, source, window_s=5.0, centre=True, pool=pool,
                        batch_size=batch_size)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"row": e["row"], "start_s": e["start_s"],
                              "end_s": e["start_s"] + 5.0,
-                             "emb_mean": recordings.vectors(e["mean"])}), path)
+                             f"emb_{pool}": recordings.vectors(e[pool])}), path)
 
 
 @pytest.fixture(scope="module")
