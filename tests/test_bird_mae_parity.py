@@ -182,6 +182,12 @@ def test_our_models_keep_zero_padding_and_their_exports_reproduce(tmp_path):
     (d / "config.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="fbank: expected the options birdjepa computes"):
         birdjepa.models.load_export(d)
+    # load_encoder gives the input settings too: the old export's, filled as above.
+    meta["audio"].pop("fbank")
+    (d / "config.json").write_text(json.dumps(meta))
+    _, _, audio = birdjepa.load_encoder(d, with_input=True)
+    assert (audio["pad"], audio["window"], audio["n_frames"]) == ("zero", "centre", 512)
+    assert audio == birdjepa.models.load_export(d).audio
 
 
 def test_imported_model_carries_the_published_input(model):

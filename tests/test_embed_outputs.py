@@ -236,7 +236,7 @@ def test_predict_in_python_returns_the_rows_the_cli_writes(run_dir, corpus, tmp_
                                   str(tmp_path / "d.parquet"), "--window_s", str(WINDOW),
                                   "--top_k", "2", "--min_conf", "0.0", "--quiet"]) == 0
     assert pq.read_table(tmp_path / "d.parquet").equals(pyarrow.table(rows))
-    assert callable(birdjepa.predict)  # the module, made callable like birdjepa.embed
+    assert callable(birdjepa.predict)  # the function (birdjepa.models.detect.predict)
     with pytest.raises(ValueError, match="--top_k: expected an integer >= 1, got 0"):
         birdjepa.predict(run_dir, corpus / "files", top_k=0)
     enc, cfg, head, classes = birdjepa.models.load_encoder(run_dir, with_head=True)
@@ -244,3 +244,5 @@ def test_predict_in_python_returns_the_rows_the_cli_writes(run_dir, corpus, tmp_
     assert classes == m.classes == ["0", "1", "2", "3"] and cfg.objective.name == "supervised"
     np.testing.assert_array_equal(np.asarray(head.w), np.asarray(m.head.w))
     assert enc.cfg == m.encoder.cfg
+    *_, audio = birdjepa.models.load_encoder(run_dir, with_head=True, with_input=True)
+    assert audio == m.audio and audio["n_frames"] == cfg.data.n_frames

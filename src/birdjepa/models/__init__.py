@@ -22,18 +22,23 @@ IMPORTED = tuple(bird_mae.PRESETS)
 """Names `load` takes: published architectures whose weights the user downloads."""
 
 
-def load_encoder(path: str | os.PathLike, *, step: int | None = None, with_head: bool = False):
+def load_encoder(path: str | os.PathLike, *, step: int | None = None, with_head: bool = False,
+                 with_input: bool = False):
     """(encoder, config) from a run directory (its latest intact checkpoint, or `step`), an
     export directory (its files only: no Orbax, no run directory) or an imported model
     "bird-mae-base:WEIGHTS" (config None). The encoder is the `birdjepa.model.ViT` Module:
     `encoder(x)` on (B, T, M) log-mel clips returns its outputs (e.g. `.pooled_bd`).
-    `with_head=True`: (encoder, config, head, classes), the class head (logits from pooled
-    embeddings: the supervised head, else the online probe; None without one) and its class
-    names, as `python -m birdjepa.predict` uses them."""
-    if with_head:
+    `with_head=True` appends the class head (logits from pooled embeddings: the supervised
+    head, else the online probe; None without one) and its class names, as `python -m
+    birdjepa.predict` uses them; `with_input=True` appends the model's input settings
+    (birdjepa.models.artifact.INPUT_KEYS: sample rate, fbank, clip seconds, n_frames, pad,
+    mean, std, window), what embed, predict and evaluate compute its input with. With both:
+    (encoder, config, head, classes, input)."""
+    if with_head or with_input:
         m = _export.from_run(path, step=step) if step is not None else _export.open_model(path)
         encoder, cfg = load_encoder(path, step=step)
-        return encoder, cfg, m.head, m.classes
+        return (encoder, cfg, *((m.head, m.classes) if with_head else ()),
+                *((m.audio,) if with_input else ()))
     name, _, weights = str(path).partition(":")
     if name in IMPORTED and weights:
         return bird_mae.load(name, weights), None
