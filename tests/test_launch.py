@@ -154,7 +154,7 @@ def test_cli_help_and_missing_sweep(tmp_path):
     assert r.returncode == 2 and "not found" in r.stderr
 
 
-@pytest.mark.parametrize("sweep", ["lr.py", "objectives.py", "tiny.py"])
+@pytest.mark.parametrize("sweep", ["lr.py", "objectives.py", "tiny.py", "ssl_recipe.py"])
 def test_repo_sweeps_resolve(sweep):
     cfgs = launch.resolve(ROOT / "sweeps" / sweep)
     assert len({c.run_id for c in cfgs}) == len(cfgs) >= 2
