@@ -39,8 +39,8 @@ demo: $(DEMO_DIR)/.done-split
 	$(PY) -m birdjepa.pretrain --cfg configs/demo.toml
 
 # Label-free against supervised (docs/issues/017-ssl-recipe): the supervised demo encoder
-# (runs/demo), the default label-free recipe (runs/demo-lejepa), then both and the random init
-# they share the size of, probed with 5 seeds into runs/eval-demo (results.csv). A run directory
+# (runs/demo), the default label-free recipe (runs/demo-lejepa, the same encoder), then both and
+# that encoder's random init, probed with 5 seeds into runs/eval-demo (results.csv). A run directory
 # with a COMPLETE marker is reused as it is: delete it to retrain (e.g. after changing its config).
 ssl-demo: runs/eval-demo/results.csv
 
