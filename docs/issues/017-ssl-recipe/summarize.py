@@ -6,8 +6,8 @@ For every encoder in the evaluations' results.csv: soundscape cmAP at k = all, b
 over seeds and its 95 % interval). For every LeJEPA encoder (a run directory, or an export of
 one of its checkpoints named `<run>-s<step>` by `python -m birdjepa.export --step`): the
 training loss, invariance and SIGReg terms averaged over the last 5 logged steps up to that
-checkpoint, and the Spearman rank correlation of each with cmAP (lower loss, higher cmAP: a
-negative rho is what label-free selection needs).
+checkpoint, and per run the Spearman rank correlation of each with cmAP over its checkpoints
+(lower loss, higher cmAP: a negative rho is what label-free selection needs).
 """
 
 import csv
@@ -26,7 +26,10 @@ def best_rows(eval_dirs: list[str]) -> dict[str, dict]:
         with open(pathlib.Path(d) / "results.csv") as f:
             for r in csv.DictReader(f):
                 if r["metric"] == "cmap" and r["k"] == "all" and r["seed"] == "0":
-                    groups[(r["encoder"], r["probe"])] = r
+                    # The config hash tells apart two random inits of one name (before and
+                    # after a config change).
+                    enc = f"{r['encoder']} ({r['encoder_config_hash'][:8]})"
+                    groups[(enc, r["probe"])] = r
     best: dict[str, dict] = {}
     for (enc, _), r in groups.items():
         if enc not in best or float(r["mean"]) > float(best[enc]["mean"]):
@@ -66,11 +69,18 @@ def main(eval_dirs: list[str]) -> None:
               f"[{float(r['lo']):.3f}, {float(r['hi']):.3f}] | {extra} |")
         if s:
             points.append((float(r["mean"]), s))
-    if len(points) >= 3:
-        cmap = [p[0] for p in points]
+    if len(points) >= 3:  # pooled over runs: checkpoints of one run are not independent
         for key in ("loss", "inv", "sigreg"):
-            rho, p = scipy.stats.spearmanr([s[key] for _, s in points], cmap)
-            print(f"Spearman rho(cmAP, {key}) = {rho:+.3f} (p = {p:.3f}, n = {len(points)})")
+            rho, p = scipy.stats.spearmanr([s[key] for _, s in points], [c for c, _ in points])
+            print(f"all: Spearman rho(cmAP, {key}) = {rho:+.3f} (p = {p:.3f}, n = {len(points)})")
+    # Per run: runs with other lambda or projector widths put the loss on other scales.
+    for run in sorted({s["run"] for _, s in points}):
+        mine = [(c, s) for c, s in points if s["run"] == run]
+        if len(mine) < 3:
+            continue
+        for key in ("loss", "inv", "sigreg"):
+            rho, p = scipy.stats.spearmanr([s[key] for _, s in mine], [c for c, _ in mine])
+            print(f"{run}: Spearman rho(cmAP, {key}) = {rho:+.3f} (p = {p:.3f}, n = {len(mine)})")
 
 
 if __name__ == "__main__":
