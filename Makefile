@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 RUST_SRC := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml pyproject.toml
 DEMO_DIR := data/demo
 
-.PHONY: setup demo test test-py test-rust lint bench gpu-plan clean
+.PHONY: setup demo ssl-demo test test-py test-rust lint bench gpu-plan clean
 
 setup: $(VENV)/.built
 
@@ -39,6 +39,22 @@ $(DEMO_DIR)/.done-split: $(VENV)/.built $(wildcard src/birdjepa/demo_data/*.py) 
 
 demo: $(DEMO_DIR)/.done-split
 	$(PY) -m birdjepa.pretrain --cfg configs/demo.toml
+
+# Label-free against supervised (docs/issues/017-ssl-recipe): the supervised demo encoder
+# (runs/demo), the default label-free recipe (runs/demo-lejepa, the same encoder), then both and
+# that encoder's random init, probed with 5 seeds into runs/eval-demo (results.csv). A run directory
+# with a COMPLETE marker is reused as it is: delete it to retrain (e.g. after changing its config).
+ssl-demo: runs/eval-demo/results.csv
+
+runs/demo/COMPLETE: | $(DEMO_DIR)/.done-split
+	$(PY) -m birdjepa.pretrain --cfg configs/demo.toml --run_dir=runs/demo
+
+runs/demo-lejepa/COMPLETE: | $(DEMO_DIR)/.done-split
+	$(PY) -m birdjepa.pretrain --cfg configs/demo-lejepa.toml --run_dir=runs/demo-lejepa
+
+runs/eval-demo/results.csv: runs/demo/COMPLETE runs/demo-lejepa/COMPLETE configs/eval-demo.toml
+	$(PY) -m birdjepa.evaluate --cfg configs/eval-demo.toml --out_dir runs/eval-demo \
+		--encoders runs/demo --encoders runs/demo-lejepa
 
 test: setup test-rust test-py
 

@@ -156,7 +156,7 @@ def test_cli_help_and_missing_sweep(tmp_path):
     assert r.returncode == 2 and "not found" in r.stderr
 
 
-@pytest.mark.parametrize("sweep", ["lr.py", "objectives.py", "tiny.py"])
+@pytest.mark.parametrize("sweep", ["lr.py", "objectives.py", "tiny.py", "ssl_recipe.py"])
 def test_repo_sweeps_resolve(sweep):
     cfgs = launch.resolve(ROOT / "sweeps" / sweep)
     assert len({c.run_id for c in cfgs}) == len(cfgs) >= 2
@@ -179,6 +179,35 @@ def test_submitting_leaves_no_empty_placeholder_directory(tmp_path, capsys, monk
     assert (tmp_path / "logs" / "mine" / f"{job}_0_log.out").read_text().strip().endswith(
         jobs[0].result() or "")
     assert f"job {jobs[0].job_id}:" in capsys.readouterr().out
+
+
+def _timed_job(path: pathlib.Path, fail: bool):
+    """A stand-in training job built from the standard library only (the job process cannot
+    import this module): records when it ran; exits 1 when told to fail."""
+    code = ("import pathlib, sys, time; t = time.time(); time.sleep(0.5); "
+            f"pathlib.Path({str(path)!r}).write_text(f'{{t}} {{time.time()}}'); sys.exit({int(fail)})")
+    return functools.partial(subprocess.run, [sys.executable, "-c", code], check=True)
+
+
+def test_max_parallel_runs_one_after_another_and_reports_each(tmp_path, capsys, monkeypatch):
+    """--max_parallel 1 (local): the runs do not overlap, launch() returns once all have ended,
+    and a failed run is reported without stopping the ones after it."""
+    monkeypatch.chdir(tmp_path)
+    demo_shards(tmp_path)
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3}, {"optim.lr": 3e-3}]')
+    monkeypatch.setattr(birdjepa.runtime.job, "TrainingJob", lambda cfg: _timed_job(
+        tmp_path / f"{cfg.optim.lr}.txt", cfg.optim.lr == 2e-3))
+    jobs = launch.launch(launch.LaunchConfig(sweep=str(sweep), executor="local", max_parallel=1,
+                                             log_dir=str(tmp_path / "logs"), n_hours=0.1))
+    spans = [tuple(map(float, (tmp_path / f"{lr}.txt").read_text().split()))
+             for lr in (1e-3, 2e-3, 3e-3)]  # all written before launch() returned
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:], strict=False)), spans
+    out = capsys.readouterr().out
+    ids = [c.run_id for c in launch.resolve(sweep)]
+    assert f"{ids[0]} ended without COMPLETE" in out and f"{ids[2]} ended without COMPLETE" in out
+    assert f"{ids[1]} failed (" in out and str(jobs[1].paths.stderr) in out
+    with pytest.raises(launch.SweepError, match="--max_parallel: expected 0, or an int >= 1"):
+        launch.launch(launch.LaunchConfig(sweep=str(sweep), executor="slurm", max_parallel=1))
 
 
 def test_flags_use_underscores_and_accept_dashes():

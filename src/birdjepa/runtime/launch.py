@@ -83,6 +83,11 @@ class LaunchConfig:
     dry_run: bool = False
     """Print the resolved configs, open every entry's train and eval shards (columns and labels
     against n_classes; no pipelines started) and submit nothing; exit 2 if a check fails."""
+    max_parallel: int = 0
+    """--executor local only: run at most this many of the sweep's runs at once, waiting for
+    each group to end before the next starts, and return when all have ended, printing how each
+    ended (1: one after another, as on a small machine). 0: start every run at once and return
+    right after submitting. (Slurm: --slurm.array_parallelism.)"""
     slurm: SlurmConfig = SlurmConfig()
     plan: str = "runs/gpu-plan.json"
     """Plan file that --dry_run reads with --slurm.gpu (rows of `python -m benchmarks plan`)."""
@@ -281,6 +286,9 @@ def launch(lc: LaunchConfig) -> list:
     for c in cfgs:
         state = "complete, skipped" if is_complete(c) else "to run"
         print(f"{c.run_id}: {state} -> {c.run_dir}")
+    if lc.max_parallel < 0 or (lc.max_parallel and lc.executor != "local"):
+        raise SweepError(f"--max_parallel: expected 0, or an int >= 1 with --executor local, got "
+                         f"{lc.max_parallel} with --executor {lc.executor}")
     if lc.dry_run:
         _dry_run(cfgs, lc)
         return []
@@ -293,11 +301,30 @@ def launch(lc: LaunchConfig) -> list:
     fixed = [c.data.n_workers * 2 for c in todo if c.data.n_workers != "auto"]
     n_workers = max(fixed) if len(fixed) == len(todo) else 14
     executor = make_executor(lc, job_name=name, n_workers=n_workers)
-    with executor.batch():
-        jobs = [executor.submit(birdjepa.runtime.job.TrainingJob(c)) for c in todo]
-    for job, c in zip(jobs, todo, strict=True):
-        print(f"job {job.job_id}: {c.run_id} run_dir={c.run_dir} logs={job.paths.stdout}")
+    group = lc.max_parallel or len(todo)
+    jobs = []
+    for start in range(0, len(todo), group):
+        chunk = todo[start:start + group]
+        with executor.batch():
+            new = [executor.submit(birdjepa.runtime.job.TrainingJob(c)) for c in chunk]
+        for job, c in zip(new, chunk, strict=True):
+            print(f"job {job.job_id}: {c.run_id} run_dir={c.run_dir} logs={job.paths.stdout}",
+                  flush=True)
+        if lc.max_parallel:
+            _wait(new, chunk)
+        jobs += new
     return jobs
+
+
+def _wait(jobs: list, cfgs: list[birdjepa.config.Config]) -> None:
+    """Wait for every job; print how each ended (a failed run does not stop the sweep)."""
+    for job, c in zip(jobs, cfgs, strict=True):
+        try:
+            job.result()
+            state = "complete" if is_complete(c) else "ended without COMPLETE"
+        except Exception as e:  # noqa: BLE001 - submitit re-raises the job's own error
+            state = f"failed ({type(e).__name__}; see {job.paths.stderr})"
+        print(f"job {job.job_id}: {c.run_id} {state}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

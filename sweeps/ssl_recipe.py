@@ -1,0 +1,51 @@
+"""The label-free recipe study on the demo corpus (docs/issues/017-ssl-recipe): LeJEPA settings
+from the paper and from audio, against the supervised `make demo` encoder.
+
+    nice -n 19 python -m birdjepa.launch --sweep sweeps/ssl_recipe.py --executor local \
+        --max_parallel 1
+    python -m birdjepa.evaluate --cfg configs/eval-demo.toml --shots 0 \
+        --out_dir runs/eval-ssl-recipe --encoders runs/ssl_recipe-*
+
+Every entry spells out all the settings the study varies on top of `OLD` (the recipe
+configs/demo-lejepa.toml shipped before this study), so an entry resolves to the same config
+(and run id) whatever BASE holds now. Entries are only ever appended: an entry's index is part
+of its run id.
+"""
+
+BASE = "../configs/demo-lejepa.toml"
+
+OLD = {
+    "n_steps": 800,
+    "batch_size": 64,
+    "model.patch": (32, 32),
+    "data.n_local": 4,
+    "data.local_s": 2.0,
+    "data.local_frames": 192,
+    "objective.name": "lejepa",
+    "objective.lejepa.lambd": 0.05,
+    "objective.lejepa.n_slices": 256,
+    "objective.lejepa.proj_hidden": 512,
+    "objective.lejepa.proj_dim": 64,
+    "optim.lr": 1e-3,
+    "optim.warmup": 30,
+    "optim.final_lr_frac": 0.01,
+}
+SLICES = {"model.patch": (8, 128)}
+"""configs/demo.toml's encoder: full-band time slices, the supervised baseline's architecture."""
+PAPER = {
+    "data.n_local": 6,
+    "objective.lejepa.lambd": 0.02,
+    "objective.lejepa.n_slices": 1024,
+    "objective.lejepa.proj_hidden": 2048,
+    "objective.lejepa.proj_dim": 16,
+}
+"""The LeJEPA paper's settings (views 2 + 6, SIGReg on 1,024 slices, lambda 0.02 of MINIMAL.md,
+a wide BN projector to 16 dimensions) at our learning rate."""
+
+
+def make_cfgs() -> list[dict]:
+    return [
+        {**OLD, **SLICES},  # 0: the supervised encoder's patches (cmAP 0.620; the default)
+        {**OLD, **SLICES, **PAPER},  # 1: + the paper's settings (0.560)
+        {**OLD},  # 2: the old default, the anchor (not run yet)
+    ]
