@@ -63,16 +63,19 @@ def card_input(x_n: np.ndarray, audio: dict, window_s: float) -> np.ndarray:
         fb.accept_waveform(SR, w.tolist())
         fb.input_finished()
         x = np.stack([fb.get_frame(i) for i in range(fb.num_frames_ready)])
-        x = (x - audio["mean"]) / (2 * audio["std"])
         n = audio["n_frames"]
+        if audio.get("pad") == "min":  # the card's step 4: the raw minimum, then normalise
+            x = np.pad(x[:n], ((0, max(0, n - len(x))), (0, 0)), constant_values=x.min())
+            out.append((x - audio["mean"]) / (2 * audio["std"]))
+            continue
+        x = (x - audio["mean"]) / (2 * audio["std"])
         out.append(np.pad(x[:n], ((0, max(0, n - len(x))), (0, 0))))
     return np.stack(out).astype(np.float32)
 
 
 def our_input(model, x_n: np.ndarray, window_s: float) -> np.ndarray:
     a = model.audio
-    w = inference.Windows(window_s=window_s, n_frames=a["n_frames"], n_mels=a["n_mels"],
-                          mean=a["mean"], std=a["std"])
+    w = inference.Windows.for_model(a, window_s=window_s)
     return np.concatenate([b[0] for b in inference.features((x_n, SR), w)])
 
 
@@ -131,7 +134,8 @@ def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
 def test_bird_mae_shaped_export_equals_embed_and_the_numpy_reference(tmp_path):
     sd = test_models_import.random_state_dict(64, 2, sincos=True)
     enc = bird_mae.convert(sd, width=64, depth=2, n_heads=4)
-    m = artifact.Model(enc, dict(bird_mae.AUDIO), source="bird-mae-shaped")
+    m = artifact.Model(enc, artifact.input_settings(bird_mae.AUDIO, "bird-mae-shaped"),
+                       source="bird-mae-shaped")
     out = onnx_export.export(m, tmp_path / "onnx")
     sess = ort.InferenceSession(str(out / "model.onnx"))
     assert [o.name for o in sess.get_outputs()] == ["embedding"]

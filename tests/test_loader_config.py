@@ -92,7 +92,7 @@ def test_shaping_settings_are_the_config_keys():
     assert speed == {"n_workers", "prefetch", "max_failure_fraction", "failure_window",
                      "audio_root", "path_map", "max_audio_mb", "view_window_s", "n_local", "local_s",
                      "local_frames", "crop", "events_column", "segment", "segment_start_column",
-                     "segment_end_column"}
+                     "segment_end_column", "pad"}
     local = LoaderConfig(view_window_s=6.0, n_local=2).shaping_values()
     assert {"view_window_s", "n_local", "local_s", "local_frames"} <= set(local)
 

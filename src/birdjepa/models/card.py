@@ -135,9 +135,7 @@ def onnx_lines(meta: dict) -> list[str]:
         "pre-emphasis 0.97, remove DC offset, dither 0, snip edges, round the FFT size up to a "
         f"power of two, {a['n_mels']} mel bins from 20 Hz to Nyquist, power spectrum, log, no "
         f"energy. {a['window_s']} s gives {_frames(a)} frames.",
-        f"4. Normalise: x = (fbank - ({a['mean']})) / (2 * {a['std']}).",
-        f"5. Keep the first {a['n_frames']} frames; pad missing frames with 0.0 (after "
-        "normalising), giving (n_frames, n_mels) per window; stack windows on the batch axis.",
+        *_pad_steps(a),
         "",
         "```python",
         "import kaldi_native_fbank as knf, numpy as np, onnxruntime as ort",
@@ -150,8 +148,7 @@ def onnx_lines(meta: dict) -> list[str]:
         "fb = knf.OnlineFbank(o); fb.accept_waveform("
         f"{a['sample_rate']}, window.tolist()); fb.input_finished()",
         "x = np.stack([fb.get_frame(i) for i in range(fb.num_frames_ready)])",
-        f"x = (x - ({a['mean']})) / (2 * {a['std']})",
-        f"x = np.pad(x[:{a['n_frames']}], ((0, max(0, {a['n_frames']} - len(x))), (0, 0)))",
+        *_pad_code(a),
         f"out = ort.InferenceSession(\"{o['file']}\").run(None, "
         f"{{\"{name}\": x[None].astype(np.float32)}})",
         "```",
@@ -176,3 +173,25 @@ def render_onnx(meta: dict, run_dir=None) -> str:
                 f"wide, {m['depth']} blocks, {m['n_heads']} heads, pool {m['pool']}); no class "
                 "head."]
     return "\n".join([*head, "", *onnx_lines(meta)])
+
+
+def _pad_steps(a: dict) -> list[str]:
+    """Steps 4-5 of the input recipe: normalise and pad to n_frames, in the model's order."""
+    norm = f"x = (fbank - ({a['mean']})) / (2 * {a['std']})"
+    if a.get("pad") == "min":
+        return [f"4. Keep the first {a['n_frames']} frames; pad missing frames with the window's "
+                "minimum log-mel value (before normalising, as Bird-MAE's extractor does).",
+                f"5. Normalise: {norm}, giving (n_frames, n_mels) per window; stack windows on "
+                "the batch axis."]
+    return [f"4. Normalise: {norm}.",
+            f"5. Keep the first {a['n_frames']} frames; pad missing frames with 0.0 (after "
+            "normalising), giving (n_frames, n_mels) per window; stack windows on the batch axis."]
+
+
+def _pad_code(a: dict) -> list[str]:
+    n = a["n_frames"]
+    norm = f"x = (x - ({a['mean']})) / (2 * {a['std']})"
+    if a.get("pad") == "min":
+        return [f"x = np.pad(x[:{n}], ((0, max(0, {n} - len(x))), (0, 0)), "
+                "constant_values=x.min())", norm]
+    return [norm, f"x = np.pad(x[:{n}], ((0, max(0, {n} - len(x))), (0, 0)))"]
