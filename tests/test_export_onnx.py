@@ -166,6 +166,13 @@ def test_bfloat16_model_exports_in_float32(run_dir, tmp_path):
     assert rel(emb, np.asarray(bf16(jnp.asarray(x)).pooled_bd)) < 3e-2
 
 
+def test_export_of_what_is_not_a_run_names_run_dir(tmp_path, capsys):
+    assert artifact.main(["missing-run", "--out_dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: RUN_DIR: expected a training run directory (config.toml or "
+                   "checkpoints/), got 'missing-run'")
+
+
 def test_cli_errors_are_one_line(tmp_path, capsys):
     assert artifact.main(["missing-run", "--out_dir", str(tmp_path), "--format", "onnx"]) == 2
     err = capsys.readouterr().err.strip()

@@ -178,6 +178,9 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     (the card then says so at the top), and for an `out_dir` inside a run directory."""
     out = pathlib.Path(out_dir)
     _check_out_dir(out)
+    if not birdjepa.runtime.rundir.is_run_dir(run_dir):
+        raise ValueError(f"RUN_DIR: expected a training run directory (config.toml or "
+                         f"checkpoints/), got {str(run_dir)!r}")
     m = from_run(run_dir, step=step)
     why = _unsound(m)
     if why and not force:
