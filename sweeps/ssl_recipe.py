@@ -43,9 +43,27 @@ PAPER = {
 a wide BN projector to 16 dimensions) at our learning rate."""
 
 
+MAE = {
+    "objective.name": "mae",
+    "objective.mae.mask_ratio": 0.75,
+    "objective.mae.block": (2, 1),
+    "data.n_local": 0,
+}
+"""The MAE objective on the same encoder: 3 of every 4 time slices hidden (in runs of 2), a
+2-block decoder reconstructs the normalised slices; both 5 s views are examples."""
+
+
 def make_cfgs() -> list[dict]:
+    """One setting at a time on top of entry 0 from entry 3 on (session 2 of the study)."""
     return [
         {**OLD, **SLICES},  # 0: the supervised encoder's patches (cmAP 0.620; the default)
         {**OLD, **SLICES, **PAPER},  # 1: + the paper's settings (0.560)
-        {**OLD},  # 2: the old default, the anchor (not run yet)
+        {**OLD},  # 2: the old default, the anchor (not run)
+        {**OLD, **SLICES, "n_steps": 1600},  # 3: twice the steps (the cosine stretched)
+        {**OLD, **SLICES, "objective.lejepa.lambd": 0.1},  # 4: SIGReg weighed twice as much
+        {**OLD, **SLICES, "data.n_local": 6},  # 5: the paper's 6 local crops, nothing else
+        {**OLD, **SLICES, "objective.lejepa.proj_hidden": 2048},  # 6: the paper's wide projector
+        {**OLD, **SLICES, **MAE},  # 7: MAE, the contender
+        {**OLD, **SLICES, "data.local_s": 1.0, "data.local_frames": 96},  # 8: 1 s local crops
+        {**OLD, **SLICES, "objective.lejepa.lambd": 0.02},  # 9: MINIMAL.md's lambda alone
     ]

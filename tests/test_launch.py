@@ -210,6 +210,45 @@ def test_max_parallel_runs_one_after_another_and_reports_each(tmp_path, capsys, 
         launch.launch(launch.LaunchConfig(sweep=str(sweep), executor="slurm", max_parallel=1))
 
 
+def test_entries_runs_only_the_named_entries_under_their_sweep_ids(tmp_path, capsys,
+                                                                    monkeypatch):
+    """--entries 2 --entries 0 submits entries 0 and 2 (sweep order) with the run ids they have
+    in the whole sweep; an index past the sweep's end is refused, naming the range."""
+    monkeypatch.chdir(tmp_path)
+    demo_shards(tmp_path)
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3}, {"optim.lr": 3e-3}]')
+    ids = [c.run_id for c in launch.resolve(sweep)]
+    ran = []
+    monkeypatch.setattr(birdjepa.runtime.job, "TrainingJob", lambda cfg: ran.append(cfg.run_id))
+    monkeypatch.setattr(launch, "make_executor", lambda lc, **kw: _InlineExecutor())
+    main_out = launch.main(["--sweep", str(sweep), "--executor", "local", "--entries", "2",
+                            "--entries", "0"])
+    assert main_out == 0 and ran == [ids[0], ids[2]], ran
+    out = capsys.readouterr().out
+    assert ids[1] not in out and ids[0] in out and ids[2] in out
+    assert launch.main(["--sweep", str(sweep), "--executor", "local", "--entries", "3"]) == 2
+    assert "--entries: expected indexes 0..2 of the sweep's 3 entries, got [3]" in \
+        capsys.readouterr().err
+
+
+class _InlineExecutor:
+    """Runs each submitted callable at once (a stand-in for submitit's local executor)."""
+
+    class _Job:
+        job_id = "inline"
+
+        class paths:  # noqa: N801 - mirrors submitit's job.paths
+            stdout = "-"
+
+    def batch(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def submit(self, job):
+        return self._Job()
+
+
 def test_flags_use_underscores_and_accept_dashes():
     import birdjepa.config
     import birdjepa.runtime.cli_args

@@ -88,6 +88,9 @@ class LaunchConfig:
     each group to end before the next starts, and return when all have ended, printing how each
     ended (1: one after another, as on a small machine). 0: start every run at once and return
     right after submitting. (Slurm: --slurm.array_parallelism.)"""
+    entries: tuple[int, ...] = ()
+    """Run only these entries of the sweep, by their index in make_cfgs() (repeat the flag:
+    `--entries 3 --entries 5`); each keeps the run id it has in the whole sweep. Empty: all."""
     slurm: SlurmConfig = SlurmConfig()
     plan: str = "runs/gpu-plan.json"
     """Plan file that --dry_run reads with --slurm.gpu (rows of `python -m benchmarks plan`)."""
@@ -226,7 +229,9 @@ def plan_lines(cfg: birdjepa.config.Config, lc: LaunchConfig) -> list[tuple[str,
 
 def _dry_run(cfgs: list[birdjepa.config.Config], lc: LaunchConfig) -> None:
     failed = unfit = 0
-    for i, c in enumerate(cfgs):
+    index = {c.run_id: i for i, c in enumerate(resolve(lc.sweep))}  # the sweep's own numbering
+    for c in cfgs:
+        i = index.get(c.run_id, "?")
         print(f"# {c.run_id}\n{birdjepa.config.to_toml(c)}")
         for line, ok in check_shards(c):
             print(f"entry {i} ({c.run_id}): {line}")
@@ -280,8 +285,19 @@ def make_executor(lc: LaunchConfig, *, job_name: str, n_workers: int):
     return executor
 
 
+def select(cfgs: list[birdjepa.config.Config], entries: tuple[int, ...]) -> list:
+    """The entries named by --entries (all when none), in the sweep's order."""
+    if not entries:
+        return cfgs
+    bad = sorted({i for i in entries if not 0 <= i < len(cfgs)})
+    if bad:
+        raise SweepError(f"--entries: expected indexes 0..{len(cfgs) - 1} of the sweep's "
+                         f"{len(cfgs)} entries, got {bad}")
+    return [c for i, c in enumerate(cfgs) if i in set(entries)]
+
+
 def launch(lc: LaunchConfig) -> list:
-    cfgs = resolve(lc.sweep)
+    cfgs = select(resolve(lc.sweep), lc.entries)
     todo = [c for c in cfgs if not is_complete(c)]
     for c in cfgs:
         state = "complete, skipped" if is_complete(c) else "to run"
