@@ -1,4 +1,4 @@
-"""CPU cost of Bird-MAE embedding: `python -m benchmarks bird_mae [--windows 6 600] [--size base]`.
+"""CPU cost of Bird-MAE embedding: `python -m benchmarks bird_mae [--windows 6 --windows 600] [--size base]`.
 
 Random weights of the published size (the cost does not depend on the values) under the
 published key names, imported with `birdjepa.models.bird_mae.convert`; then
@@ -8,11 +8,12 @@ Prints windows per second (wall clock) and the CPU threads JAX had. The machine 
 run it when nothing else is, and read the numbers as an upper bound on the cost.
 """
 
-import argparse
 import os
 import time
 
 import numpy as np
+
+import birdjepa.runtime.cli_args as cli_args
 
 SIZES = {"base": (768, 12, 12), "large": (1024, 24, 16), "huge": (1280, 32, 16)}
 
@@ -29,12 +30,14 @@ def random_state_dict(d: int, depth: int, seed: int = 0) -> dict[str, np.ndarray
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks bird_mae", description=__doc__)
-    p.add_argument("--windows", type=int, nargs="+", default=[6, 600],
-                   help="recording lengths to time, in 5 s windows")
-    p.add_argument("--size", choices=sorted(SIZES), default="base")
-    p.add_argument("--batch_size", type=int, default=64)
+    int_ = cli_args.converter(int)
+    p = cli_args.Parser("python -m benchmarks bird_mae", __doc__)
+    p.add_list("windows", "recording lengths to time, in 5 s windows; repeat the flag "
+               "(default: 6 and 600)", type=int_)
+    p.add_argument("--size", choices=sorted(SIZES), default="base", help="published size")
+    p.add_argument("--batch_size", type=int_, default=64, help="windows per call")
     args = p.parse_args(argv)
+    args.windows = args.windows or [6, 600]
 
     import birdjepa
     import birdjepa.models.bird_mae as bird_mae

@@ -12,7 +12,6 @@ PYTHONPATH=<other checkout>/src to compare two versions: only the public API is 
   (FLAC, 32 kHz mono) with a small encoder: the transform and batching, not the model, dominate.
 """
 
-import argparse
 import pathlib
 import resource
 import tempfile
@@ -25,6 +24,7 @@ import soundfile
 import birdjepa
 import birdjepa.config.architecture as arch
 import birdjepa.model
+import birdjepa.runtime.cli_args as cli_args
 
 SR = 32000
 
@@ -83,14 +83,14 @@ def memory(args, tmp: pathlib.Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks embed", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    int_, float_ = cli_args.converter(int), cli_args.converter(float)
+    p = cli_args.Parser("python -m benchmarks embed", __doc__)
     p.add_argument("case", choices=("small", "rate", "memory"))
-    p.add_argument("--batch_size", type=int, default=64, help="small: windows per call")
-    p.add_argument("--n_windows", type=int, default=600, help="rate: windows to embed")
+    p.add_argument("--batch_size", type=int_, default=64, help="small: windows per call")
+    p.add_argument("--n_windows", type=int_, default=600, help="rate: windows to embed")
     p.add_argument("--preset", default="vit-s", help="rate: the encoder's architecture preset")
-    p.add_argument("--minutes", type=float, default=60.0, help="memory: minutes per file")
-    p.add_argument("--files", type=int, default=1, help="memory: number of files")
+    p.add_argument("--minutes", type=float_, default=60.0, help="memory: minutes per file")
+    p.add_argument("--files", type=int_, default=1, help="memory: number of files")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         {"small": small, "rate": rate, "memory": memory}[args.case](args, pathlib.Path(tmp))

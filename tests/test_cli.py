@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import benchmarks.__main__
 import birdjepa.config
 import birdjepa.runtime.cli_args as cli_args
 
@@ -20,8 +21,7 @@ COMMANDS = [
     "birdjepa.train", "birdjepa.pretrain", "birdjepa.launch", "birdjepa.evaluate",
     "birdjepa.evaluate.report", "birdjepa.embed", "birdjepa.predict", "birdjepa.export",
     "birdjepa.demo_data", "birdjepa.sources", "birdjepa.sources pack", "benchmarks",
-    *(f"benchmarks {name}" for name in ("transforms", "loader", "views", "train", "ckpt",
-                                        "birdset")),
+    *(f"benchmarks {name}" for name in benchmarks.__main__.NAMES),
 ]
 """Every `python -m ...` a user runs (README), with its subcommands."""
 
@@ -158,3 +158,13 @@ def test_toml_path_map_table_and_the_old_segment_key(tmp_path):
 def test_fail_is_one_line(capsys):
     assert cli_args.fail("a\nb  c") == 2
     assert capsys.readouterr().err == "error: a b c\n"
+
+
+def test_every_parser_is_cli_args():
+    """No command builds a bare argparse parser (its errors and lists would speak another
+    voice): only birdjepa.runtime.cli_args does."""
+    own = ROOT / "src/birdjepa/runtime/cli_args.py"
+    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+    bare = [str(f.relative_to(ROOT)) for f in files
+            if f != own and "argparse.ArgumentParser(" in f.read_text()]
+    assert not bare, bare
