@@ -1,13 +1,16 @@
 """The study's table and the label-free selection check (docs/issues/017-ssl-recipe).
 
-    python docs/issues/017-ssl-recipe/summarize.py runs/eval-ssl-recipe [more eval dirs]
+    python docs/issues/017-ssl-recipe/summarize.py runs/eval-ssl-recipe [more eval dirs] \
+        [--plot docs/issues/017-ssl-recipe/sigreg-vs-cmap.png]
 
 For every encoder in the evaluations' results.csv: soundscape cmAP at k = all, best probe (mean
 over seeds and its 95 % interval). For every LeJEPA encoder (a run directory, or an export of
 one of its checkpoints named `<run>-s<step>` by `python -m birdjepa.export --step`): the
 training loss, invariance and SIGReg terms averaged over the last 5 logged steps up to that
 checkpoint, and per run the Spearman rank correlation of each with cmAP over its checkpoints
-(lower loss, higher cmAP: a negative rho is what label-free selection needs).
+(lower loss, higher cmAP: a negative rho is what label-free selection needs); across runs, the
+same over each run's final encoder only (one point per run: independent of each other).
+`--plot PATH` draws cmAP against the SIGReg statistic, one colour per run, finals ringed.
 """
 
 import csv
@@ -52,11 +55,37 @@ def ssl_stats(run_dir: str) -> dict | None:
     if not rows:
         return None
     last = rows[-5:]
+    final = step is None or step >= max(r["step"] for r in rows)
     return {k: sum(r[k] for r in last) / len(last) for k in ("loss", "inv", "sigreg")} | {
-        "step": last[-1]["step"], "run": path.name}
+        "step": last[-1]["step"], "run": path.name, "final": final}
 
 
-def main(eval_dirs: list[str]) -> None:
+def draw(points: list[tuple[float, dict]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    runs = sorted({s["run"] for _, s in points})
+    for i, run in enumerate(runs):
+        mine = sorted(((s["sigreg"], c, s["final"]) for c, s in points if s["run"] == run))
+        color = plt.cm.tab10(i % 10)
+        ax.plot([x for x, _, _ in mine], [y for _, y, _ in mine], "o-", color=color, ms=4,
+                lw=0.8, label=run.split("-")[1] if "-" in run else run)
+        ax.scatter([x for x, _, f in mine if f], [y for _, y, f in mine if f], s=90,
+                   facecolors="none", edgecolors=color)
+    ax.set_xlabel("SIGReg statistic (mean of the last 5 logs up to the checkpoint)")
+    ax.set_ylabel("soundscape cmAP (k = all, best probe)")
+    ax.set_title("Label-free selection: lower SIGReg, higher cmAP? (ringed: end of run)")
+    ax.legend(title="sweep entry", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
+
+
+def main(eval_dirs: list[str], plot: str | None = None) -> None:
     best = best_rows(eval_dirs)
     print("| encoder | run dir | step | best probe | cmAP [95 % interval] | loss | inv | sigreg |")
     print("| --- | --- | ---: | --- | --- | ---: | ---: | ---: |")
@@ -73,6 +102,14 @@ def main(eval_dirs: list[str]) -> None:
         for key in ("loss", "inv", "sigreg"):
             rho, p = scipy.stats.spearmanr([s[key] for _, s in points], [c for c, _ in points])
             print(f"all: Spearman rho(cmAP, {key}) = {rho:+.3f} (p = {p:.3f}, n = {len(points)})")
+    finals = [(c, s) for c, s in points if s["final"]]
+    if len(finals) >= 3:
+        for key in ("loss", "inv", "sigreg"):
+            rho, p = scipy.stats.spearmanr([s[key] for _, s in finals], [c for c, _ in finals])
+            print(f"finals: Spearman rho(cmAP, {key}) = {rho:+.3f} (p = {p:.3f}, "
+                  f"n = {len(finals)})")
+    if plot:
+        draw(points, plot)
     # Per run: runs with other lambda or projector widths put the loss on other scales.
     for run in sorted({s["run"] for _, s in points}):
         mine = [(c, s) for c, s in points if s["run"] == run]
@@ -84,4 +121,9 @@ def main(eval_dirs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["runs/eval-ssl-recipe"])
+    args = sys.argv[1:]
+    plot = None
+    if "--plot" in args:
+        i = args.index("--plot")
+        plot, args = args[i + 1], args[:i] + args[i + 2:]
+    main(args or ["runs/eval-ssl-recipe"], plot)
