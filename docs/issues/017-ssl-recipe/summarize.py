@@ -51,11 +51,13 @@ def ssl_stats(run_dir: str) -> dict | None:
     if not metrics.exists():
         return None
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    rows = [r for r in rows if "sigreg" in r and (step is None or r["step"] <= step)]
+    rows = [r for r in rows if "sigreg" in r]
+    last_step = max((r["step"] for r in rows), default=0)
+    rows = [r for r in rows if step is None or r["step"] <= step]
     if not rows:
         return None
     last = rows[-5:]
-    final = step is None or step >= max(r["step"] for r in rows)
+    final = step is None or step >= last_step
     return {k: sum(r[k] for r in last) / len(last) for k in ("loss", "inv", "sigreg")} | {
         "step": last[-1]["step"], "run": path.name, "final": final}
 
@@ -66,19 +68,21 @@ def draw(points: list[tuple[float, dict]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    fig, ax = plt.subplots(figsize=(8.0, 4.6), dpi=120)
     runs = sorted({s["run"] for _, s in points})
     for i, run in enumerate(runs):
-        mine = sorted(((s["sigreg"], c, s["final"]) for c, s in points if s["run"] == run))
-        color = plt.cm.tab10(i % 10)
-        ax.plot([x for x, _, _ in mine], [y for _, y, _ in mine], "o-", color=color, ms=4,
-                lw=0.8, label=run.split("-")[1] if "-" in run else run)
-        ax.scatter([x for x, _, f in mine if f], [y for _, y, f in mine if f], s=90,
+        mine = sorted((s["step"], s["sigreg"], c, s["final"]) for c, s in points if s["run"] == run)
+        color = plt.cm.tab20(i % 20)
+        label = run.split("-")[1] if run.startswith("ssl_recipe-") else run
+        ax.plot([x for _, x, _, _ in mine], [y for _, _, y, _ in mine], "o-", color=color, ms=4,
+                lw=0.8, label=label)
+        ax.scatter([x for _, x, _, f in mine if f], [y for _, _, y, f in mine if f], s=90,
                    facecolors="none", edgecolors=color)
     ax.set_xlabel("SIGReg statistic (mean of the last 5 logs up to the checkpoint)")
     ax.set_ylabel("soundscape cmAP (k = all, best probe)")
-    ax.set_title("Label-free selection: lower SIGReg, higher cmAP? (ringed: end of run)")
-    ax.legend(title="sweep entry", fontsize=8)
+    ax.set_title("cmAP against SIGReg, checkpoints joined in step order (ringed: end of run)",
+                 fontsize=10)
+    ax.legend(title="run (sweep entry)", fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
