@@ -229,10 +229,14 @@ def test_entries_runs_only_the_named_entries_under_their_sweep_ids(tmp_path, cap
     assert launch.main(["--sweep", str(sweep), "--executor", "local", "--entries", "3"]) == 2
     assert "--entries: expected indexes 0..2 of the sweep's 3 entries, got [3]" in \
         capsys.readouterr().err
+    assert launch.main(["--sweep", str(sweep), "--dry_run", "--entries", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"entry 2 ({ids[2]}): data.train_shards" in out and "entry 0" not in out
 
 
 class _InlineExecutor:
-    """Runs each submitted callable at once (a stand-in for submitit's local executor)."""
+    """Takes each submission and runs nothing (a stand-in for submitit's local executor; the
+    test's TrainingJob records the run id when launch() builds the job)."""
 
     class _Job:
         job_id = "inline"

@@ -227,11 +227,10 @@ def plan_lines(cfg: birdjepa.config.Config, lc: LaunchConfig) -> list[tuple[str,
     return [birdjepa.gpuplan.rules.entry_line(cfg, lc.slurm.gpu, devices, rows, lc.plan)]
 
 
-def _dry_run(cfgs: list[birdjepa.config.Config], lc: LaunchConfig) -> None:
+def _dry_run(entries: dict[int, birdjepa.config.Config], lc: LaunchConfig) -> None:
+    """`entries`: the sweep's own index -> config, for the entries selected."""
     failed = unfit = 0
-    index = {c.run_id: i for i, c in enumerate(resolve(lc.sweep))}  # the sweep's own numbering
-    for c in cfgs:
-        i = index.get(c.run_id, "?")
+    for i, c in entries.items():
         print(f"# {c.run_id}\n{birdjepa.config.to_toml(c)}")
         for line, ok in check_shards(c):
             print(f"entry {i} ({c.run_id}): {line}")
@@ -285,19 +284,20 @@ def make_executor(lc: LaunchConfig, *, job_name: str, n_workers: int):
     return executor
 
 
-def select(cfgs: list[birdjepa.config.Config], entries: tuple[int, ...]) -> list:
-    """The entries named by --entries (all when none), in the sweep's order."""
-    if not entries:
-        return cfgs
+def select(cfgs: list[birdjepa.config.Config],
+           entries: tuple[int, ...]) -> dict[int, birdjepa.config.Config]:
+    """The entries named by --entries (all when none), by their index in the sweep, in order."""
     bad = sorted({i for i in entries if not 0 <= i < len(cfgs)})
     if bad:
         raise SweepError(f"--entries: expected indexes 0..{len(cfgs) - 1} of the sweep's "
                          f"{len(cfgs)} entries, got {bad}")
-    return [c for i, c in enumerate(cfgs) if i in set(entries)]
+    wanted = set(entries) or set(range(len(cfgs)))
+    return {i: c for i, c in enumerate(cfgs) if i in wanted}
 
 
 def launch(lc: LaunchConfig) -> list:
-    cfgs = select(resolve(lc.sweep), lc.entries)
+    entries = select(resolve(lc.sweep), lc.entries)
+    cfgs = list(entries.values())
     todo = [c for c in cfgs if not is_complete(c)]
     for c in cfgs:
         state = "complete, skipped" if is_complete(c) else "to run"
@@ -306,7 +306,7 @@ def launch(lc: LaunchConfig) -> list:
         raise SweepError(f"--max_parallel: expected 0, or an int >= 1 with --executor local, got "
                          f"{lc.max_parallel} with --executor {lc.executor}")
     if lc.dry_run:
-        _dry_run(cfgs, lc)
+        _dry_run(entries, lc)
         return []
     if not todo:
         print("every run of this sweep is complete; nothing submitted")
