@@ -176,6 +176,7 @@ class Checkpointer(integrity.IntactSteps):
         except Exception as e:
             # The files are as committed, or hold another structure: the caller's mistake.
             if verified or not integrity.same_shapes(self._step_dir(step) / "state", abstract):
+                integrity.collect_failed_reads()  # the error raised here is theirs too
                 raise
             raise integrity.unreadable(e, "unreadable arrays") from None
         bad = integrity.nonfinite_leaf(state)

@@ -7,6 +7,7 @@ intact step and sets corrupt ones aside. The design is described in birdjepa.run
 Evaluate's embedding cache and exports name a step by it.
 """
 
+import gc
 import hashlib
 import json
 import logging
@@ -163,8 +164,32 @@ def loud_closed_loop() -> None:
         sys.unraisablehook = current.previous
 
 
+class _DropUnretrieved(logging.Filter):
+    """asyncio's "Task exception was never retrieved" records (see `collect_failed_reads`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Task exception was never retrieved")
+
+
+def collect_failed_reads() -> None:
+    """A failed read leaves Orbax's sibling read tasks holding the same error, never awaited.
+    Left alone, asyncio logs each one, with a traceback, whenever the garbage collector happens
+    to reach it: minutes later, under another message, and (CPython 3.11 formats tracebacks
+    with `ast.parse`, and its AST depth counter is one per interpreter) possibly inside someone
+    else's `ast.parse`, which then fails: "AST constructor recursion depth mismatch" (seen in
+    CI). Collect them here, where the read failed and is reported once as a corrupt step, and
+    drop exactly those records."""
+    log, f = logging.getLogger("asyncio"), _DropUnretrieved()
+    log.addFilter(f)
+    try:
+        gc.collect()
+    finally:
+        log.removeFilter(f)
+
+
 def unreadable(e: Exception, what: str = "unreadable") -> Corrupt:
     quiet_closed_loop()
+    collect_failed_reads()
     return Corrupt(f"{what}: {type(e).__name__}: {one_line(e, 100)}")
 
 
