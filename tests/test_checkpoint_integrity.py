@@ -7,6 +7,8 @@ import json
 import logging
 import pathlib
 import shutil
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -240,6 +242,8 @@ def test_wrong_structure_is_the_callers_error_not_corruption(ckpt_dir):
                 c.restore(like, step=step)
             assert not isinstance(e.value, ckpt.CorruptCheckpointError)
             assert c.all_steps() == [2, 3, 4]
+        del e  # the caller's error holds Orbax's read coroutines: collect them here, quietly
+        integrity.collect_failed_reads()
 
 
 def test_unverified_intact_step_restores(ckpt_dir):
@@ -328,23 +332,42 @@ def test_a_checkpoints_identity_is_its_manifest_digest(ckpt_dir, tmp_path):
         json.dumps(files, sort_keys=True).encode()).hexdigest() != digests[3]
 
 
-@pytest.mark.parametrize("older", [False, True])
-def test_a_failed_read_leaves_no_task_to_log_later(ckpt_dir, caplog, older):
+def wide_state(step: int) -> dict:
+    """48 arrays: a failed read of them leaves sibling reads in flight."""
+    return {f"w{i:02d}": jnp.full((1024,), step + i, jnp.float32) for i in range(48)}
+
+
+def test_a_failed_read_leaves_no_task_to_log_later(tmp_path, caplog):
     """CI of be700c9: Orbax's sibling read tasks of a failed restore were logged by asyncio
-    ("Task exception was never retrieved", with tracebacks) whenever the garbage collector reached
-    them, once inside another test's `ast.parse`, which failed (python/cpython#106905). The
-    corrupt step is named once by us; nothing about it may surface afterwards."""
-    if older:
-        for s in STEPS:
-            as_older_version(ckpt_dir / str(s))
-    f = largest_array_file(ckpt_dir / "4")
-    data = bytearray(f.read_bytes())
-    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)
-    f.write_bytes(bytes(data))
-    if not older:
-        (ckpt_dir / "4" / rundir.MANIFEST).unlink()
+    ("Task exception was never retrieved", with tracebacks) whenever they were finalised, once
+    inside another test's `ast.parse`, which then failed. Whether siblings are left in flight
+    varies (without the fix, 1 to 2 restores in 8 here), so 16 restores; the step's own warning
+    is the only word about it."""
+    template = tmp_path / "template"
+    with ckpt.Checkpointer(template, every=1, keep=2) as c:
+        for s in (3, 4):
+            assert c.save(s, wide_state(s), loader={"pos": s}, meta={"step": s})
     caplog.set_level(logging.WARNING)
-    assert_fell_back(ckpt_dir, caplog, moved=True)
-    gc.collect()
-    late = [r.getMessage()[:80] for r in caplog.records if r.name == "asyncio"]
-    assert late == []
+    unraisable, previous = [], sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        for i in range(16):
+            ckpt_dir = tmp_path / str(i)
+            shutil.copytree(template, ckpt_dir)
+            (ckpt_dir / "4" / rundir.MANIFEST).unlink()
+            f = largest_array_file(ckpt_dir / "4")
+            data = bytearray(f.read_bytes())
+            for at in range(len(data) // 8, len(data), len(data) // 8):
+                data[at:at + 64] = bytes(b ^ 0xFF for b in data[at:at + 64])
+            f.write_bytes(bytes(data))
+            with ckpt.Checkpointer(ckpt_dir, every=1, keep=2) as c:
+                assert c.restore(wide_state(0)).step == 3
+            gc.collect()
+        time.sleep(1)  # reads still running in tensorstore's threads finish
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+    assert [r.getMessage()[:80] for r in caplog.records if r.name == "asyncio"] == []
+    assert sum("is corrupt" in m for m in warnings_of(caplog)) == 16
+    # Closed loops' "Event loop is closed" may still arrive from tensorstore's threads.
+    assert [u.object for u in unraisable if "Event loop is closed" not in repr(u.exc_value)] == []

@@ -176,9 +176,8 @@ class Checkpointer(integrity.IntactSteps):
         except Exception as e:
             # The files are as committed, or hold another structure: the caller's mistake.
             if verified or not integrity.same_shapes(self._step_dir(step) / "state", abstract):
-                integrity.collect_failed_reads()  # the error raised here is theirs too
                 raise
-            raise integrity.unreadable(e, "unreadable arrays") from None
+            raise integrity.unreadable(e, self._step_dir(step), "unreadable arrays") from None
         bad = integrity.nonfinite_leaf(state)
         if bad is not None:
             raise integrity.Corrupt(f"non-finite values in state{bad}")

@@ -9,8 +9,10 @@ Evaluate's embedding cache and exports name a step by it.
 
 import gc
 import hashlib
+import inspect
 import json
 import logging
+import os
 import pathlib
 import sys
 import time
@@ -164,32 +166,56 @@ def loud_closed_loop() -> None:
         sys.unraisablehook = current.previous
 
 
-class _DropUnretrieved(logging.Filter):
-    """asyncio's "Task exception was never retrieved" records (see `collect_failed_reads`)."""
+class _FailedReadEchoes(logging.Filter):
+    """A failed read leaves Orbax's sibling read tasks and futures holding errors about the same
+    step, never retrieved. asyncio logs each one, traceback and all, whenever it is finalised:
+    later, under another message, maybe from another thread, and (CPython 3.11 formats
+    tracebacks with `ast.parse`, whose depth counter is one per interpreter) maybe inside someone
+    else's `ast.parse`, which then fails: "AST constructor recursion depth mismatch" (seen in
+    CI). This filter, on the asyncio logger once a read has failed, drops exactly the records
+    whose error names a step directory already reported as unreadable."""
+
+    def __init__(self):
+        super().__init__()
+        self.step_dirs: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Task exception was never retrieved")
+        if "exception was never retrieved" not in str(record.msg) or not record.exc_info:
+            return True
+        text = str(record.exc_info[1])
+        return not any(d in text for d in self.step_dirs)
+
+
+_ECHOES = _FailedReadEchoes()
 
 
 def collect_failed_reads() -> None:
-    """A failed read leaves Orbax's sibling read tasks holding the same error, never awaited.
-    Left alone, asyncio logs each one, with a traceback, whenever the garbage collector happens
-    to reach it: minutes later, under another message, and (CPython 3.11 formats tracebacks
-    with `ast.parse`, and its AST depth counter is one per interpreter) possibly inside someone
-    else's `ast.parse`, which then fails: "AST constructor recursion depth mismatch" (seen in
-    CI). Collect them here, where the read failed and is reported once as a corrupt step, and
-    drop exactly those records."""
-    log, f = logging.getLogger("asyncio"), _DropUnretrieved()
-    log.addFilter(f)
+    """Orbax's suspended read coroutines of a failed read: closed by the collector, they raise
+    from `GeneratorExit`, printed as unraisable exceptions (tracebacks again). The failed read's
+    exception reaches them through its traceback's frames, so once it is gone (the step reported
+    once as corrupt), collect them here and drop exactly those."""
+    previous = sys.unraisablehook
+
+    def hook(args):
+        if not _orbax_coroutine(args.object):
+            previous(args)
+
+    sys.unraisablehook = hook
     try:
         gc.collect()
     finally:
-        log.removeFilter(f)
+        sys.unraisablehook = previous
 
 
-def unreadable(e: Exception, what: str = "unreadable") -> Corrupt:
+def _orbax_coroutine(obj) -> bool:
+    return inspect.iscoroutine(obj) and f"{os.sep}orbax{os.sep}" in obj.cr_code.co_filename
+
+
+def unreadable(e: Exception, step_dir: pathlib.Path, what: str = "unreadable") -> Corrupt:
+    """The `Corrupt` for a step whose read raised `e`; what is left of that read stays quiet."""
     quiet_closed_loop()
-    collect_failed_reads()
+    _ECHOES.step_dirs.add(f"{step_dir}{os.sep}")
+    logging.getLogger("asyncio").addFilter(_ECHOES)  # once: addFilter keeps no duplicates
     return Corrupt(f"{what}: {type(e).__name__}: {one_line(e, 100)}")
 
 
@@ -230,12 +256,16 @@ class IntactSteps:
                 rejected.append((step, str(e), self._set_aside(step, str(e))))
                 new.append(rejected[-1])
                 continue
+            if new:
+                collect_failed_reads()  # now that the failed reads' exceptions are gone
             if jax.process_index() == 0:
                 for s, reason, where in new:
                     logger.warning(self._line(s, reason, where, f"; falling back to step {step}"))
             return step, out
         if not rejected:
             return None, None
+        if new:
+            collect_failed_reads()
         tried = "; ".join(f"step {s}: {reason}" for s, reason, _ in rejected)
         aside = "left in place (read-only)" if self.read_only else "moved aside to *.corrupt-*"
         raise CorruptCheckpointError(
@@ -285,7 +315,7 @@ class IntactSteps:
         try:
             return self._agreed(read)
         except Exception as e:
-            raise unreadable(e) from None
+            raise unreadable(e, self._step_dir(step)) from None
 
     def _step_dir(self, step: int) -> pathlib.Path:
         return rundir.step_dir(self.ckpt_dir, step)
