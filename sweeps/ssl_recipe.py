@@ -77,4 +77,5 @@ def make_cfgs() -> list[dict]:
         {**OLD, **SLICES, "seed": 1},  # 10: entry 0 again, another seed (run-to-run spread)
         {**OLD, **SLICES, **DEFAULT},  # 11: entries 3, 6 and 8 together: the new default
         {**OLD, **SLICES, **DEFAULT, "seed": 1},  # 12: entry 11, another seed
+        {**OLD, **SLICES, **DEFAULT, "seed": 2},  # 13: entry 11, a third seed (session 3)
     ]
