@@ -59,5 +59,13 @@ $N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --probes pro
     --run_dir=runs/demo-seed1 --seed 1
 $N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --out_dir runs/eval-s2-sup1 \
     --encoders runs/demo-seed1
-$PY docs/issues/017-ssl-recipe/summarize.py runs/eval-s2-* runs/eval-demo \
+# Session 3: a third seed of both (entry 13, runs/demo-seed2).
+$N $PY -m birdjepa.launch --sweep sweeps/ssl_recipe.py --executor local --max_parallel 1 --entries 13
+$N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --probes prototypical \
+    --out_dir runs/eval-s3-013 --encoders runs/ssl_recipe-013-*
+[ -f runs/demo-seed2/COMPLETE ] || $N $PY -m birdjepa.pretrain --cfg configs/demo.toml \
+    --run_dir=runs/demo-seed2 --seed 2
+$N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --out_dir runs/eval-s3-sup2 \
+    --encoders runs/demo-seed2
+$PY docs/issues/017-ssl-recipe/summarize.py runs/eval-s[23]-*/ runs/eval-demo \
     --plot docs/issues/017-ssl-recipe/sigreg-vs-cmap.png
