@@ -51,21 +51,18 @@ $N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --probes pro
     --out_dir runs/eval-s2-ckpt $(ls -d runs/ckpt/ssl_recipe-00{3,4,5,6,8,9}-* | \
     grep -v -E 's800$|s1600$' | sed 's/^/--encoders /')
 rm -rf runs/demo-lejepa runs/eval-demo && make ssl-demo   # entry 11, full protocol
-# Second seeds: the default (entry 12) and the supervised baseline.
-$N $PY -m birdjepa.launch --sweep sweeps/ssl_recipe.py --executor local --max_parallel 1 --entries 12
-$N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --probes prototypical \
-    --out_dir runs/eval-s2-012 --encoders runs/ssl_recipe-012-*
-[ -f runs/demo-seed1/COMPLETE ] || $N $PY -m birdjepa.pretrain --cfg configs/demo.toml \
-    --run_dir=runs/demo-seed1 --seed 1
-$N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --out_dir runs/eval-s2-sup1 \
-    --encoders runs/demo-seed1
-# Session 3: a third seed of both (entry 13, runs/demo-seed2).
-$N $PY -m birdjepa.launch --sweep sweeps/ssl_recipe.py --executor local --max_parallel 1 --entries 13
-$N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --probes prototypical \
-    --out_dir runs/eval-s3-013 --encoders runs/ssl_recipe-013-*
-[ -f runs/demo-seed2/COMPLETE ] || $N $PY -m birdjepa.pretrain --cfg configs/demo.toml \
-    --run_dir=runs/demo-seed2 --seed 2
-$N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --out_dir runs/eval-s3-sup2 \
-    --encoders runs/demo-seed2
+# Another training seed of both sides: the default as sweep entry ENTRY, supervised as SEED.
+another_seed() {  # SESSION ENTRY SEED
+    $N $PY -m birdjepa.launch --sweep sweeps/ssl_recipe.py --executor local --max_parallel 1 \
+        --entries $2
+    $N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 --probes prototypical \
+        --out_dir runs/eval-$1-0$2 --encoders runs/ssl_recipe-0$2-*
+    [ -f runs/demo-seed$3/COMPLETE ] || $N $PY -m birdjepa.pretrain --cfg configs/demo.toml \
+        --run_dir=runs/demo-seed$3 --seed $3
+    $N $PY -m birdjepa.evaluate --cfg runs/eval-norandom.toml --shots 0 \
+        --out_dir runs/eval-$1-sup$3 --encoders runs/demo-seed$3
+}
+another_seed s2 12 1   # session 2: entry 12, runs/demo-seed1
+another_seed s3 13 2   # session 3: entry 13, runs/demo-seed2
 $PY docs/issues/017-ssl-recipe/summarize.py runs/eval-s[23]-*/ runs/eval-demo \
     --plot docs/issues/017-ssl-recipe/sigreg-vs-cmap.png
