@@ -2,9 +2,15 @@
 pyproject's pythonpath): the Slurm cluster fixture (slurm_cluster.py), tiny run configs
 (tiny.py), resume harness (resume_helpers.py), loader shards, batches and runs."""
 
+import os
+
 import pytest
 
 import birdjepa.demo_data
+
+# Runs in tests (and the processes they start) keep no compiled steps between them: no test
+# reads what another compiled (birdjepa.runtime.compiles; test_compiles sets its own directory).
+os.environ["BIRDJEPA_COMPILE_CACHE"] = "off"
 
 pytest_plugins = ["slurm_cluster"]
 

@@ -190,9 +190,9 @@ class Block(eqx.Module):
         self.fc1 = Linear(d, hidden, key=k[4])
         self.fc_gate = Linear(d, hidden, key=k[5]) if cfg.swiglu else None
         self.fc2 = Linear(hidden, d, key=k[6])
-        ls = cfg.layerscale
-        self.ls1 = jnp.full((d,), ls) if ls else None
-        self.ls2 = jnp.full((d,), ls) if ls else None
+        ls = cfg.layerscale  # float32, not weakly typed: the update returns what it was given
+        self.ls1 = jnp.full((d,), ls, jnp.float32) if ls else None
+        self.ls2 = jnp.full((d,), ls, jnp.float32) if ls else None
         self.n_heads = h
         self.dtype = cfg.compute_dtype or "float32"
         self.attention = cfg.attention or "auto"

@@ -104,6 +104,12 @@ class Config:
     peak_tflops: float | None = None
     """Peak TFLOP/s of one device for the MFU in the metrics; None: from the device table in
     birdjepa.train.flops (H100/H200, A100, L40S; none on CPU, where MFU is not logged)."""
+    compile_cache: str = ""
+    """Directory of JAX's persistent compilation cache: the compiled update outlives the process,
+    so a resumed or requeued run (or another run of the same shapes) loads it instead of
+    compiling again; a cluster points it at shared storage. Empty: $BIRDJEPA_COMPILE_CACHE, else
+    JAX_COMPILATION_CACHE_DIR, else ~/.cache/birdjepa/jax-compile; "off" disables it
+    (birdjepa.runtime.compiles)."""
     init_encoder: str = ""
     """A run directory (or its checkpoints/ directory) whose latest checkpoint's encoder
     initialises this run's (or an export directory, or an imported model "bird-mae-base:WEIGHTS";
@@ -224,7 +230,8 @@ cli = command_line.cli
 NOT_SHAPING = (
     "n_steps", "run_id", "run_dir", "resume", "eval_every", "log_every", "ckpt_every",
     "ckpt_keep", "wandb", "max_nonfinite", "distributed", "data.eval_shards",
-    "data.eval_label_column", "data.eval_batch_size", "peak_tflops", "model.remat", "model.attention",
+    "data.eval_label_column", "data.eval_batch_size", "peak_tflops", "compile_cache", "model.remat",
+    "model.attention",
     *(f"data.{f.name}" for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)
       if not f.metadata.get("shapes_stream", True)),
 )

@@ -125,8 +125,8 @@ class Prototypical(eqx.Module):
     def __init__(self, protos_cjd: np.ndarray):
         c, j, _ = protos_cjd.shape
         self.protos_cjd = jnp.asarray(protos_cjd)
-        self.w_cj = jnp.full((c, j), 8.0 / j)
-        self.b_c = jnp.full((c,), -4.0)
+        self.w_cj = jnp.full((c, j), 8.0 / j, jnp.float32)
+        self.b_c = jnp.full((c,), -4.0, jnp.float32)
 
     def __call__(self, x_bpd: Float[Array, "b p d"]) -> Float[Array, "b c"]:
         x = x_bpd * jax.lax.rsqrt(jnp.sum(x_bpd**2, -1, keepdims=True) + 1e-8)

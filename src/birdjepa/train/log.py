@@ -82,11 +82,13 @@ class Progress:
         if self.enabled:
             print("compiling the update (first step)...", end=" ", flush=True)
 
-    def compiled(self, done: int) -> None:
+    def compiled(self, done: int, how: str = "") -> None:
+        """The first update is done; `how` says how its executable came (compiled, or loaded
+        from the compilation cache: birdjepa.runtime.compiles.describe)."""
         now = time.perf_counter()
         self.first = (done, now)
         if self.enabled:
-            print(f"done in {now - self.t0:.1f} s", flush=True)
+            print(f"done in {now - self.t0:.1f} s" + (f" ({how})" if how else ""), flush=True)
 
     def eta(self, done: int) -> float | None:
         """Seconds left at the pace of the updates since the first; None before there is one."""

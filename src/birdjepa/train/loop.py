@@ -10,6 +10,7 @@ import time
 import jax
 
 import birdjepa.config
+import birdjepa.runtime.compiles
 import birdjepa.runtime.distributed
 import birdjepa.runtime.rundir
 import birdjepa.train.feed
@@ -101,10 +102,15 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
             t_fed = time.perf_counter()
             if done == start + 1:
                 progress.compiling()
+                seen = len(birdjepa.runtime.compiles.compiles("update"))
             state, m = update_fn(state, fed.batch)
             if done == start + 1:
                 jax.block_until_ready(m)
-                progress.compiled(done)
+                new = birdjepa.runtime.compiles.compiles("update")[seen:]
+                progress.compiled(done, birdjepa.runtime.compiles.describe(
+                    new[-1] if new else None, run.compile_cache))
+                retrace = birdjepa.runtime.compiles.Retrace("update", enabled=run.is_main)
+            retrace.check(done)
             if pending is not None:
                 log_update(*pending, cfg, logger, guard, rate, summary, progress)
             pending = (done, m, time.perf_counter() - t0, t_fed - t0)

@@ -35,6 +35,7 @@ import birdjepa.models
 import birdjepa.models.artifact
 import birdjepa.optim
 import birdjepa.runtime.checkpoint
+import birdjepa.runtime.compiles
 import birdjepa.runtime.distributed
 import birdjepa.runtime.rundir
 import birdjepa.train.log
@@ -59,6 +60,8 @@ class Run:
     meta: dict
     owns_loaders: bool
     lock: birdjepa.runtime.rundir.Lock | None
+    compile_cache: str | None = None
+    """JAX's persistent compilation cache directory (None: off; birdjepa.runtime.compiles)."""
 
     def save(self, step: int, state: dict, *, loader_state: dict, final: bool) -> None:
         """A collective: every process calls it. `loader_state` is the train loader's state
@@ -84,6 +87,7 @@ def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
     `loaders(cfg, train_state=...)` builds them and lets a run resume with them."""
     cfg = birdjepa.runtime.rundir.assign(birdjepa.config.finalize(cfg))
     birdjepa.runtime.distributed.initialize(cfg.distributed)
+    compile_cache = birdjepa.runtime.compiles.enable(cfg.compile_cache)
     is_main = jax.process_index() == 0
     run_dir = pathlib.Path(cfg.run_dir)
     done = birdjepa.runtime.rundir.read_complete(run_dir)
@@ -104,13 +108,15 @@ def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
             f"run_dir: expected a directory this process can write, got {str(run_dir)!r} "
             f"({type(e).__name__}: {e.strerror or e})") from None
     try:
-        return _open_locked(cfg, run_dir, is_main, mesh, loaders, lock)
+        run = _open_locked(cfg, run_dir, is_main, mesh, loaders, lock)
     except BaseException as e:
         if lock is not None:
             lock.release()
         if created and is_main and isinstance(e, birdjepa.config.ConfigError):
             shutil.rmtree(run_dir, ignore_errors=True)  # a refused start leaves nothing behind
         raise
+    run.compile_cache = compile_cache
+    return run
 
 
 def _check_complete(cfg: birdjepa.config.Config, run_dir: pathlib.Path) -> None:
