@@ -145,3 +145,39 @@ def test_the_cache_directory_follows_setting_environment_default(monkeypatch, tm
     assert compiles.resolve("off") is None
     monkeypatch.setenv(compiles.ENV, "off")
     assert compiles.resolve("") is None
+
+
+def test_benchmark_train_reports_phases_and_the_peer(capsys):
+    """`benchmarks train` reports the first update, the second, the step alone and the plain-JAX
+    peer of the same shape, with one trace and one compile of the update."""
+    import benchmarks.train
+
+    assert benchmarks.train.main(["--configs", "demo", "--synthetic_on_device", "--steps", "2",
+                                  "--batch_size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "demo     first update (trace + compile + run)" in out
+    assert "| traced 1x, compiled 1x" in out
+    peer = next(line for line in out.splitlines() if line.startswith("peer "))
+    assert "plain-JAX ViT, same shape" in peer and "the peer's speed" in peer
+
+
+def test_the_peer_has_birdjepas_shape():
+    """The peer ViT sees the same tokens and holds the same weight matrices as birdjepa's encoder
+    (q, k, v fused in one; a learned position table where birdjepa has RoPE)."""
+    import benchmarks.configs
+    import benchmarks.peer_vit
+    import birdjepa.params
+
+    cfg = birdjepa.config.finalize(benchmarks.configs.load("vit-s", 2, "cpu"))
+    peer = benchmarks.peer_vit.PeerViT(cfg)
+    params, _ = jax.eval_shape(peer.init, jax.random.key(0))
+    abstract, _ = birdjepa.params.abstract_state(cfg)
+    enc = abstract["params"]["encoder"]
+    mats = [enc.patch_embed.w, *(getattr(enc.blocks, n).w for n in ("wq", "wk", "wv", "wo",
+                                                                    "fc1", "fc2"))]
+    peer_mats = [params["patch_w"], *(params["blocks"][k] for k in ("qkv_w", "o_w", "fc1_w",
+                                                                    "fc2_w"))]
+    assert sum(x.size for x in peer_mats) == sum(x.size for x in mats)
+    assert params["special"].shape == (1 + cfg.model.n_registers, cfg.model.width)
+    assert peer.n_special + peer.n_patches == 264  # CLS + 7 registers + 256 patches
+    assert peer.n_seq == cfg.batch_size * cfg.data.n_views
