@@ -22,6 +22,7 @@ use symphonia::core::meta::MetadataOptions;
 use symphonia::core::units::Timestamp;
 
 use crate::error::{Error, Result};
+use crate::wav::WavPcm;
 
 /// The lowest sample rate we accept from a container (or as a resampling rate). Nothing real is
 /// recorded below 1 kHz (even infrasound recorders use 1 kHz or more), and a header declaring
@@ -137,14 +138,24 @@ fn map_sym(err: SymError, what: &str) -> Error {
     }
 }
 
-/// An opened recording: demuxer plus decoder for its first audio track.
+/// An opened recording: plain PCM WAV read directly (crate::wav), anything else through
+/// symphonia's demuxer and decoder for its first audio track.
 pub struct Source<'a> {
     data: &'a [u8],
+    info: AudioInfo,
+    codec: Codec<'a>,
+}
+
+enum Codec<'a> {
+    Wav(WavPcm<'a>),
+    Symphonia(Box<Symphonia<'a>>),
+}
+
+struct Symphonia<'a> {
     format: Box<dyn FormatReader + 'a>,
     decoder: Box<dyn AudioDecoder>,
     track_id: u32,
     start_ts: i64,
-    info: AudioInfo,
     /// Frames to decode and drop before the wanted start after a seek (codec warm-up).
     preroll: u64,
     seek_mode: SeekMode,
@@ -154,13 +165,37 @@ pub struct Source<'a> {
 impl<'a> Source<'a> {
     /// Probe the bytes and set up a decoder. Fails on empty, unknown or corrupt headers.
     pub fn open(data: &'a [u8]) -> Result<Self> {
-        guarded(|| Self::open_inner(data))
+        guarded(|| Self::open_inner(data, true))
     }
 
-    fn open_inner(data: &'a [u8]) -> Result<Self> {
+    /// `open` without the WAV fast path: symphonia whatever the bytes (tests compare the two).
+    #[cfg(test)]
+    pub(crate) fn open_symphonia(data: &'a [u8]) -> Result<Self> {
+        guarded(|| Self::open_inner(data, false))
+    }
+
+    fn open_inner(data: &'a [u8], fast_wav: bool) -> Result<Self> {
         if data.is_empty() {
             return Err(Error::EmptyAudio {
                 detail: "zero-length input".into(),
+            });
+        }
+        if let Some(wav) = WavPcm::parse(data).filter(|w| {
+            fast_wav
+                && (MIN_SAMPLE_RATE..=MAX_SAMPLE_RATE).contains(&w.sample_rate)
+                && w.channels <= MAX_CHANNELS
+        }) {
+            let info = AudioInfo {
+                sample_rate: wav.sample_rate,
+                channels: wav.channels,
+                n_frames: Some(wav.n_frames()),
+                codec: wav.codec().into(),
+                container: "wave".into(),
+            };
+            return Ok(Source {
+                data,
+                info,
+                codec: Codec::Wav(wav),
             });
         }
         let mss = MediaSourceStream::new(
@@ -226,10 +261,6 @@ impl<'a> Source<'a> {
         };
         Ok(Source {
             data,
-            format,
-            decoder,
-            track_id,
-            start_ts,
             info: AudioInfo {
                 sample_rate,
                 channels,
@@ -237,9 +268,15 @@ impl<'a> Source<'a> {
                 codec,
                 container,
             },
-            preroll,
-            seek_mode,
-            scratch: Vec::new(),
+            codec: Codec::Symphonia(Box::new(Symphonia {
+                format,
+                decoder,
+                track_id,
+                start_ts,
+                preroll,
+                seek_mode,
+                scratch: Vec::new(),
+            })),
         })
     }
 
@@ -267,29 +304,10 @@ impl<'a> Source<'a> {
     }
 
     fn read_inner(&mut self, start: u64, len: Option<u64>) -> Result<Decoded> {
-        let mut seeked = true;
-        if start > 0 {
-            // Frame 0 of a full decode is the first frame the decoder outputs, whose timestamp is
-            // not always the track's start (Vorbis outputs nothing for its first packet, MP3 trims
-            // the encoder delay): decode up to the first output to learn it.
-            self.start_ts = self.first_output_ts()?;
-            let target = start.saturating_sub(self.preroll) as i64 + self.start_ts;
-            let res = self.format.seek(
-                self.seek_mode,
-                SeekTo::Timestamp {
-                    ts: Timestamp::new(target),
-                    track_id: self.track_id,
-                },
-            );
-            if res.is_err() {
-                // Re-open so that the demuxer state is known, then decode from the start.
-                let fresh = Source::open_inner(self.data)?;
-                self.format = fresh.format;
-                seeked = false;
-            }
-            self.decoder.reset();
-        }
-        let samples = self.decode_loop(start, len, seeked)?;
+        let (samples, seeked) = match &mut self.codec {
+            Codec::Wav(wav) => (wav.read(start, len), true),
+            Codec::Symphonia(sym) => sym.read(self.data, &self.info, start, len)?,
+        };
         if samples.is_empty() {
             return Err(Error::EmptyAudio {
                 detail: format!("no samples decoded from frame {start}"),
@@ -309,10 +327,47 @@ impl<'a> Source<'a> {
             seeked,
         })
     }
+}
+
+impl<'a> Symphonia<'a> {
+    /// (Frames `[start, start + len)` mixed to mono, whether they were reached by seeking.)
+    fn read(
+        &mut self,
+        data: &'a [u8],
+        info: &AudioInfo,
+        start: u64,
+        len: Option<u64>,
+    ) -> Result<(Vec<f32>, bool)> {
+        let mut seeked = true;
+        if start > 0 {
+            // Frame 0 of a full decode is the first frame the decoder outputs, whose timestamp is
+            // not always the track's start (Vorbis outputs nothing for its first packet, MP3 trims
+            // the encoder delay): decode up to the first output to learn it.
+            self.start_ts = self.first_output_ts(data, info)?;
+            let target = start.saturating_sub(self.preroll) as i64 + self.start_ts;
+            let res = self.format.seek(
+                self.seek_mode,
+                SeekTo::Timestamp {
+                    ts: Timestamp::new(target),
+                    track_id: self.track_id,
+                },
+            );
+            if res.is_err() {
+                // Re-open so that the demuxer state is known, then decode from the start.
+                let Codec::Symphonia(fresh) = Source::open_inner(data, false)?.codec else {
+                    unreachable!("open_inner without the fast path opens with symphonia")
+                };
+                self.format = fresh.format;
+                seeked = false;
+            }
+            self.decoder.reset();
+        }
+        Ok((self.decode_loop(data, info, start, len, seeked)?, seeked))
+    }
 
     /// Timestamp of the first decoded frame, decoding from the current (start) position.
-    fn first_output_ts(&mut self) -> Result<i64> {
-        for _ in 0..self.data.len() + 64 {
+    fn first_output_ts(&mut self, data: &[u8], info: &AudioInfo) -> Result<i64> {
+        for _ in 0..data.len() + 64 {
             let packet = match self.format.next_packet() {
                 Ok(Some(p)) => p,
                 Ok(None) | Err(SymError::ResetRequired) => {
@@ -320,7 +375,7 @@ impl<'a> Source<'a> {
                         detail: "stream has no audio frames".into(),
                     })
                 }
-                Err(e) => return Err(map_sym(e, &self.info.container)),
+                Err(e) => return Err(map_sym(e, &info.container)),
             };
             if packet.track_id != self.track_id {
                 continue;
@@ -329,7 +384,7 @@ impl<'a> Source<'a> {
             let buf = self
                 .decoder
                 .decode(&packet)
-                .map_err(|e| map_sym(e, &self.info.codec))?;
+                .map_err(|e| map_sym(e, &info.codec))?;
             if buf.frames() > 0 {
                 return Ok(ts);
             }
@@ -337,23 +392,29 @@ impl<'a> Source<'a> {
         Err(Error::corrupt("no audio output within the input size"))
     }
 
-    fn decode_loop(&mut self, start: u64, len: Option<u64>, seeked: bool) -> Result<Vec<f32>> {
+    fn decode_loop(
+        &mut self,
+        data: &[u8],
+        info: &AudioInfo,
+        start: u64,
+        len: Option<u64>,
+        seeked: bool,
+    ) -> Result<Vec<f32>> {
         let end = len.map(|l| start.saturating_add(l));
         let cap = end.map(|e| (e - start) as usize).unwrap_or(
-            self.info
-                .n_frames
+            info.n_frames
                 .map(|n| n.saturating_sub(start) as usize)
                 .unwrap_or(0),
         );
         // The declared length only sizes the first reservation (a lying header must not reserve
         // gigabytes); the vector grows with what is actually decoded.
         let mut out: Vec<f32> = Vec::with_capacity(cap.min(1 << 22));
-        let channels = self.info.channels;
+        let channels = info.channels;
         let inv = 1.0 / channels as f32;
         // Timestamp (relative to the track start) of the next decoded frame; anchored on the first
         // non-empty buffer after a seek, then counted, exactly as a full decode counts.
         let mut pos: Option<i64> = if seeked && start > 0 { None } else { Some(0) };
-        let max_packets = self.data.len() as u64 + 1024;
+        let max_packets = data.len() as u64 + 1024;
         let mut n_packets = 0u64;
         let mut reached_eof = false;
         loop {
@@ -369,7 +430,7 @@ impl<'a> Source<'a> {
                     reached_eof = true;
                     break;
                 }
-                Err(e) => return Err(map_sym(e, &self.info.container)),
+                Err(e) => return Err(map_sym(e, &info.container)),
             };
             if packet.track_id != self.track_id {
                 continue;
@@ -378,7 +439,7 @@ impl<'a> Source<'a> {
             let buf = self
                 .decoder
                 .decode(&packet)
-                .map_err(|e| map_sym(e, &self.info.codec))?;
+                .map_err(|e| map_sym(e, &info.codec))?;
             let n = buf.frames();
             if n == 0 {
                 continue;
@@ -419,12 +480,12 @@ impl<'a> Source<'a> {
             }
         }
         if reached_eof {
-            if let (Some(total), Some(p)) = (self.info.n_frames, pos) {
+            if let (Some(total), Some(p)) = (info.n_frames, pos) {
                 let wanted_end = end.map_or(total, |e| e.min(total));
                 if (p.max(0) as u64) < wanted_end {
                     return Err(Error::corrupt(format!(
                         "{}: truncated: header says {total} frames, stream ended at frame {p}",
-                        self.info.container
+                        info.container
                     )));
                 }
             }

@@ -12,6 +12,7 @@ pub mod loader;
 pub mod order;
 pub mod resample;
 pub mod shards;
+pub mod wav;
 
 #[cfg(feature = "python")]
 mod python;

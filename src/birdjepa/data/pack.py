@@ -3,7 +3,12 @@ included) as embedded-bytes Arrow shards of about `--shard_mb` each, for cluster
 small files on a network file system are slow.
 
 * Every column is kept; the audio column becomes HF's `{bytes, path}` struct whose bytes are the
-  files' bytes exactly (no re-encoding) and whose path is the stored one.
+  files' bytes exactly (`--codec copy`, the default) and whose path is the stored one.
+* `--codec wav|flac [--sample_rate SR]` re-encodes every recording instead: decoded to mono,
+  resampled once to SR (the model's rate: the loader then neither resamples nor decodes a
+  compressed codec, 2.3x (wav) the clips per CPU-second on the demo corpus; docs/issues/
+  022-gpu-kept-busy) and written as 16-bit PCM (birdjepa.data.audio.encode). A recording that
+  cannot be decoded is kept as it was, counted and named in one warning.
 * The rows are planned once (`pack-plan.json` in DST: sources, row ranges per shard, settings);
   shards are written in parallel (threads: reading and writing release the GIL), each to a
   temporary file renamed when complete, with a progress bar over rows.
@@ -26,6 +31,7 @@ small files on a network file system are slow.
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -38,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa._rs
+import birdjepa.data.audio
 import birdjepa.data.ipc
 import birdjepa.data.paths as data_paths
 import birdjepa.runtime.cli_args as cli_args
@@ -130,6 +137,29 @@ class Source:
             return 0
 
 
+@dataclasses.dataclass
+class Recode:
+    """How pack re-encodes each recording: decoded to mono, resampled to `sample_rate` (None:
+    each keeps its own), written as 16-bit `codec`. Recordings that cannot be decoded are kept
+    as they were and listed in `kept` ((where, error) pairs)."""
+
+    codec: str
+    sample_rate: int | None = None
+    kept: list = dataclasses.field(default_factory=list)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def __call__(self, data: bytes, where: str) -> bytes:
+        try:
+            wave, sr = birdjepa.data.audio.decode(data)
+            if self.sample_rate is not None and sr != self.sample_rate:
+                wave, sr = birdjepa.data.audio.resample(wave, sr, self.sample_rate), self.sample_rate
+            return birdjepa.data.audio.encode(wave, sr, self.codec)
+        except birdjepa._rs.AudioError as e:
+            with self.lock:
+                self.kept.append((where, f"{type(e).__name__}: {e}"))
+            return data
+
+
 def plan(src: Source, shard_bytes: int) -> list[tuple[int, int]]:
     """Contiguous [start, end) row ranges of about `shard_bytes` of audio each."""
     out, start, acc = [], 0, 0
@@ -144,10 +174,12 @@ def plan(src: Source, shard_bytes: int) -> list[tuple[int, int]]:
 
 
 def _audio_array(src: Source, start: int, end: int,
-                 max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> pa.StructArray:
+                 max_audio_mb: float = data_paths.MAX_AUDIO_MB,
+                 recode: Recode | None = None) -> pa.StructArray:
     """The {bytes, path} audio of rows [start, end): each file read once, straight into one
-    values buffer (no per-row bytes objects, no second copy); a file is read only if it is a
-    regular file within `max_audio_mb` once open (birdjepa.data.paths.open_regular)."""
+    values buffer (no per-row bytes objects, no second copy; with `recode`, each recording
+    re-encoded); a file is read only if it is a regular file within `max_audio_mb` once open
+    (birdjepa.data.paths.open_regular)."""
     parts, paths = [], []
     for k in range(start, end):
         b, p, file = src.audio[k]
@@ -163,6 +195,10 @@ def _audio_array(src: Source, start: int, end: int,
                     x[0].close()
             raise
         paths.append(p)
+    if recode is not None:
+        parts = [recode(x if isinstance(x, bytes) else _read_all(*x),
+                        f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}")
+                 for k, x in zip(range(start, end), parts, strict=True)]
     sizes = np.array([len(x) if isinstance(x, bytes) else x[1] for x in parts], np.int64)
     parts = [x if isinstance(x, bytes) else x[0] for x in parts]
     offsets = np.zeros(len(parts) + 1, np.int64)
@@ -188,7 +224,17 @@ def _audio_array(src: Source, start: int, end: int,
                                       names=["bytes", "path"])
 
 
-def _schema(src: Source) -> pa.Schema:
+def _read_all(f, size: int) -> bytes:
+    """The `size` bytes of the open file `f` (closed after), refusing one that changed."""
+    with f:
+        data = f.read(size + 1)
+    if len(data) != size:
+        raise birdjepa._rs.DatasetError(f"{f.name}: the file changed while it was read ({size} "
+                                        f"bytes at open, {len(data)} read)")
+    return data
+
+
+def _schema(src: Source, sample_rate: int | None = None) -> pa.Schema:
     s = src.tables[0].schema
     i = s.get_field_index(src.audio_column)
     audio = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -199,6 +245,8 @@ def _schema(src: Source) -> pa.Schema:
     if feats is not None:
         feats[src.audio_column] = {**(feats.get(src.audio_column) or {}), "_type": "Audio",
                                    "decode": False}
+        if sample_rate is not None:
+            feats[src.audio_column]["sampling_rate"] = sample_rate
         meta[b"huggingface"] = json.dumps(hf).encode()
     return s.with_metadata(meta)
 
@@ -245,7 +293,8 @@ class Stopped(Exception):
 def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
                 progress=None, manifest: Manifest | None = None,
                 stop: threading.Event | None = None,
-                max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> int:
+                max_audio_mb: float = data_paths.MAX_AUDIO_MB,
+                recode: Recode | None = None) -> int:
     """Rows [start, end) of `src` into `path` (via a temporary file, recorded in `manifest`,
     then renamed); raises Stopped once `stop` is set."""
     tmp = f"{path}.tmp"
@@ -257,7 +306,7 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
             cols = []
             for name in schema.names:
                 if name == src.audio_column:
-                    cols.append(_audio_array(src, a, b, max_audio_mb))
+                    cols.append(_audio_array(src, a, b, max_audio_mb, recode))
                     continue
                 cols.append(src.take(name, a, b))
             w.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
@@ -320,7 +369,8 @@ def _lock(dst: str) -> int:
 
 
 def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
-               max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> None:
+               max_audio_mb: float = data_paths.MAX_AUDIO_MB, recode: Recode | None = None
+               ) -> None:
     """Write the `todo` shards; the first failure cancels the queued ones, waits for the
     running ones, removes every temporary file, and is raised."""
     stop = threading.Event()
@@ -328,7 +378,7 @@ def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
     def one(i: int) -> int:
         try:
             return write_shard(src, schema, *ranges[i], os.path.join(dst, names[i]),
-                               bar.update, manifest, stop, max_audio_mb)
+                               bar.update, manifest, stop, max_audio_mb, recode)
         except BaseException:
             stop.set()
             raise
@@ -369,10 +419,25 @@ def _finish(dst: str, names: list[str], schema: pa.Schema, n_rows: int) -> None:
 
 def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 4,
          audio_column: str = "audio", audio_root: str = "", path_map: dict | None = None,
-         progress: bool = True, max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> dict:
-    """Pack the Arrow `files` (`birdjepa.data.resolve_shards(...)`) into `dst`; returns
-    {"dst", "shards", "n_rows", "bytes", "seconds", "skipped"} (shards already done)."""
+         progress: bool = True, max_audio_mb: float = data_paths.MAX_AUDIO_MB,
+         codec: str = "copy", sample_rate: int | None = None) -> dict:
+    """Pack the Arrow `files` (`birdjepa.data.resolve_shards(...)`) into `dst`, the audio as it
+    is (`codec` "copy") or re-encoded as "wav" or "flac" (16-bit) at `sample_rate` (None: each
+    recording's own); returns {"dst", "shards", "n_rows", "bytes", "seconds", "skipped" (shards
+    already done), "kept" ((where, error) of recordings that could not be re-encoded)}."""
     t0 = time.perf_counter()
+    if codec != "copy" and codec not in birdjepa.data.audio.ENCODINGS:
+        raise birdjepa._rs.BadArgumentError(
+            f"bad argument codec: expected copy, {', '.join(birdjepa.data.audio.ENCODINGS)}, "
+            f"got {codec!r}")
+    if sample_rate is not None and codec == "copy":
+        raise birdjepa._rs.BadArgumentError(
+            f"bad argument sample_rate: expected none with codec 'copy' (the bytes are kept as "
+            f"they are), got {sample_rate}; add --codec wav or --codec flac to re-encode")
+    if sample_rate is not None and not 1000 <= sample_rate <= 384000:
+        raise birdjepa._rs.BadArgumentError(
+            f"bad argument sample_rate: expected a rate in [1000, 384000] Hz, got {sample_rate}")
+    recode = None if codec == "copy" else Recode(codec, sample_rate)
     src = Source(files, audio_column, audio_root, path_map)
     src.check(max_audio_mb)
     ranges = plan(src, int(shard_mb * 1e6))
@@ -381,6 +446,8 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     want = {"sources": [os.path.abspath(f) for f in files], "n_rows": len(src.rows),
             "audio_column": audio_column, "audio_root": audio_root, "path_map": path_map or {},
             "ranges": [list(r) for r in ranges], "names": names}
+    if recode is not None:  # absent for copies: plans written before re-encoding still match
+        want.update(codec=codec, sample_rate=sample_rate)
     _check_dst(files, dst, names)
     os.makedirs(dst, exist_ok=True)
     fd = _lock(dst)
@@ -389,13 +456,13 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
         _check_plan(dst, want)
         with open(os.path.join(dst, PLAN), "w") as f:
             json.dump(want, f)
-        schema = _schema(src)
+        schema = _schema(src, sample_rate)
         manifest = Manifest(dst)
         todo = [i for i, nm in enumerate(names) if not manifest.holds(dst, nm)]
         bar = _Progress(sum(ranges[i][1] - ranges[i][0] for i in todo), progress)
         try:
             _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
-                       max_audio_mb)
+                       max_audio_mb, recode)
         finally:
             bar.close()
         _finish(dst, names, schema, len(src.rows))
@@ -403,7 +470,8 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
         os.close(fd)
     total = sum(os.path.getsize(os.path.join(dst, nm)) for nm in names)
     return {"dst": dst, "shards": names, "n_rows": len(src.rows), "bytes": total,
-            "seconds": time.perf_counter() - t0, "skipped": n - len(todo)}
+            "seconds": time.perf_counter() - t0, "skipped": n - len(todo),
+            "kept": [] if recode is None else sorted(recode.kept)}
 
 
 class _Progress:
@@ -449,6 +517,12 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
                    default=data_paths.MAX_AUDIO_MB, help="a path-only audio file "
                    "larger than this many MB is an error (only regular files are read at all)")
     p.add_argument("--split", default=None, help="the split of SRC to read, if it has several")
+    p.add_argument("--codec", default="copy", choices=["copy", *birdjepa.data.audio.ENCODINGS],
+                   help="copy the audio bytes as they are, or re-encode every recording as "
+                   "16-bit mono wav or flac")
+    p.add_argument("--sample_rate", type=cli_args.converter(int), default=None,
+                   help="with --codec wav/flac: resample every recording to this rate once (the "
+                   "model's, e.g. 32000: the loader then does not resample)")
     return p
 
 
@@ -457,9 +531,14 @@ def run(a, resolve) -> int:
     try:
         s = pack(resolve(a.src, a.split), a.out_dir, shard_mb=a.shard_mb, workers=a.workers,
                  audio_column=a.audio_column, audio_root=a.audio_root,
-                 path_map=a.path_map or {}, max_audio_mb=a.max_audio_mb)
+                 path_map=a.path_map or {}, max_audio_mb=a.max_audio_mb, codec=a.codec,
+                 sample_rate=a.sample_rate)
     except (birdjepa._rs.Error, OSError) as e:
         return cli_args.fail(e)
+    if s["kept"]:
+        where, error = s["kept"][0]
+        print(f"warning: {len(s['kept'])} recording(s) could not be decoded and were kept as "
+              f"they were (first: {where}: {error})", file=sys.stderr)
     print(f"packed {s['n_rows']} rows into {len(s['shards'])} shards ({s['bytes'] / 1e6:.1f} MB, "
           f"{s['skipped']} already done) in {s['seconds']:.1f} s -> {s['dst']}")
     return 0
