@@ -148,3 +148,57 @@ def test_pack_stops_at_the_first_write_failure_and_removes_its_temporary_files(
     assert not [f for f in os.listdir(dst) if f.endswith(".tmp")], os.listdir(dst)
     monkeypatch.setattr(birdjepa.data.pack, "_audio_array", real)
     assert _pack_cli(small_src, dst, capsys)[0] == 0 and len(_rows(dst)) == 300
+
+
+def test_pack_reencodes_at_the_models_rate_and_the_loader_sees_the_same_clips(demo_corpus,
+                                                                              tmp_path, capsys):
+    """`--codec wav --sample_rate 32000`: every recording becomes 16-bit mono WAV at 32 kHz (the
+    loader then neither resamples nor decodes a codec), the other columns stay, and the loader's
+    eval features of the packed corpus equal the original's up to the 16-bit quantisation and
+    the crop's sub-sample placement. An undecodable row is kept as it was and reported."""
+    import numpy as np
+
+    import birdjepa._rs
+
+    s = demo_corpus(n_recordings=12, min_s=5.0, max_s=8.0)
+    src = pa.ipc.open_stream(pa.memory_map(s["shards"][0])).read_all()
+    rows = src.to_pylist()
+    rows[3] = {**rows[3], "audio": {"bytes": b"RIFF" + bytes(100), "path": "broken.wav"}}
+    bad = tmp_path / "src" / "data.arrow"
+    bad.parent.mkdir()
+    with pa.OSFile(str(bad), "wb") as f, pa.ipc.new_stream(f, src.schema) as w:
+        w.write_table(pa.Table.from_pylist(rows, src.schema))
+    dst = tmp_path / "wav"
+    rc, err = _pack_cli(bad, dst, capsys, "--codec", "wav", "--sample_rate", "32000")
+    warnings = [line for line in err if line.startswith("warning")]
+    assert rc == 0 and len(warnings) == 1 and "warning: 1 recording(s) could not be decoded " \
+        f"and were kept as they were (first: {bad}: row 3: " in warnings[0], err
+    packed = [r for f in birdjepa.data.resolve_shards(str(dst))
+              for r in pa.ipc.open_stream(pa.memory_map(f)).read_all().to_pylist()]
+    assert [{k: v for k, v in r.items() if k != "audio"} for r in packed] == \
+        [{k: v for k, v in r.items() if k != "audio"} for r in rows]
+    assert packed[3]["audio"] == rows[3]["audio"]
+    for r in packed[:3] + packed[4:]:
+        info = birdjepa._rs.info(r["audio"]["bytes"])
+        assert (info["sample_rate"], info["channels"], info["codec"]) == (32000, 1, "pcm_s16le")
+
+    def features(path):
+        with birdjepa.data.Loader(str(path), mode="eval", batch_size=12, n_workers=1) as loader:
+            return next(iter(loader))["data"]
+
+    a = features(s["out_dir"])
+    with pytest.warns(RuntimeWarning, match="skipped sample 3 "):
+        b = features(dst)
+    # Compared below ~8 kHz (mel bins 0-99): above the Nyquist frequency of a 22.05 kHz
+    # recording the original's log-mel is the log floor, the packed one's the 16-bit noise.
+    diff = np.linalg.norm((a - b)[..., :100].reshape(12, -1), axis=1)
+    rel = diff / np.linalg.norm(a[..., :100].reshape(12, -1), axis=1)
+    keep = [i for i in range(12) if i != 3]
+    assert rel[keep].max() < 5e-3, rel
+
+    rc, err = _pack_cli(bad, dst, capsys, "--codec", "flac", "--sample_rate", "32000")
+    assert rc == 2 and len(err) == 1 and "differs in codec" in err[0], err
+    rc, err = _pack_cli(bad, tmp_path / "x", capsys, "--sample_rate", "32000")
+    assert rc == 2 and err == ["error: bad argument sample_rate: expected none with codec 'copy' "
+                               "(the bytes are kept as they are), got 32000; add --codec wav or "
+                               "--codec flac to re-encode"], err
