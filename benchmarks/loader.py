@@ -13,22 +13,14 @@ The corpus is `birdjepa.demo_data` with every recording `--seconds` long (defaul
 ogg/mp3/flac/wav, 22.05-48 kHz, mono/stereo). With `--data DIR` an existing corpus there is used,
 or one is written there and kept; without it, one is written to a temporary directory.
 
-With `--config NAME` it measures instead the loader at configs/NAME.toml's data settings
-(views, view window, frames, mels, sample rate; `--batch_size` clips, `--workers`) over the
-corpus as stored and packed by `sources pack --codec C --sample_rate <the config's>` for each
-codec of `--pack` (wav,flac): clips/s, clips per CPU-second, transform CPU per clip, peak RSS
-and the ratio to the corpus as stored (docs/issues/022-gpu-kept-busy).
-
 The machine may be shared: clips per CPU-second is the main, load-robust figure; wall-clock
 figures are printed with the load average, and 2-worker scaling also from CPU time.
 """
 
-import dataclasses
 import json
 import math
 import multiprocessing
 import os
-import pathlib
 import tempfile
 import threading
 import time
@@ -38,7 +30,6 @@ import numpy as np
 import birdjepa.data
 import birdjepa.runtime.cli_args as cli_args
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 SAMPLE_RATE = 32000
 CLIP_S = 5.0
 N_FRAMES, N_MELS = 512, 128
@@ -445,62 +436,10 @@ def print_goals(res: dict, workers: list[int], peer: bool) -> None:
         )
 
 
-def at_config(args) -> dict:
-    """Clips per CPU-second at a training config's data settings (`--config`), over `--data`
-    as stored and packed at the config's sample rate by `sources pack --codec C` for each C of
-    `--pack`: each form in a fresh process, best of `--repeat`."""
-    import birdjepa.config
-    import birdjepa.data.config
-    import birdjepa.data.pack
-
-    cfg = birdjepa.config.load(CONFIGS / f"{args.config}.toml")
-    d = cfg.data
-    loader_cfg = birdjepa.data.config.LoaderConfig(**{
-        f.name: getattr(d, f.name) for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)})
-    workers = [int(x) for x in args.workers.split(",")]
-    data = args.data or str(CONFIGS.parent / "data" / "demo" / "train")
-    window = f"one {d.view_window_s:g} s window" if d.view_window_s else "a decode each"
-    print(f"{os.cpu_count()} cores; load average {_load()}; configs/{args.config}.toml's data "
-          f"settings: {d.n_views} view(s) of {d.n_frames} x {d.n_mels} from {window} at "
-          f"{d.sample_rate} Hz; batch {args.batch_size}, {args.batches} timed batches per run, "
-          f"best of {args.repeat}")
-    print(f"{'corpus':<24} {'workers':>7} {'clips/s':>8} {'clips/cpu-s':>11} {'xform ms':>8} "
-          f"{'peak RSS':>8} {'vs stored':>9}")
-    res: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        forms = {"as stored": data}
-        for codec in [c for c in args.pack.split(",") if c]:
-            out = os.path.join(tmp, codec)
-            t0 = time.perf_counter()
-            s = birdjepa.data.pack.pack(birdjepa.data.resolve_shards(data), out, codec=codec,
-                                        sample_rate=d.sample_rate, progress=False)
-            print(f"(sources pack --codec {codec} --sample_rate {d.sample_rate}: "
-                  f"{s['bytes'] / 1e6:.0f} MB in {time.perf_counter() - t0:.0f} s)", flush=True)
-            forms[f"packed {codec} {d.sample_rate // 1000} kHz"] = out
-        for w in workers:
-            for name, path in forms.items():
-                paths = birdjepa.data.resolve_shards(path)
-                runs = [run_rust_isolated(paths, args.batches, args.batch_size, w, "audio",
-                                          config=dataclasses.replace(loader_cfg, n_workers=w))
-                        for _ in range(args.repeat)]
-                r = max(runs, key=lambda x: x["clips_per_cpu_s"])
-                res[f"{w}w {name}"] = r
-                base = res[f"{w}w as stored"]["clips_per_cpu_s"]
-                print(f"{name:<24} {w:>7} {r['clips_per_s']:8.1f} {r['clips_per_cpu_s']:11.1f} "
-                      f"{r['worker_cpu_ms_per_clip']:8.2f} {r['peak_rss_mb']:6.0f}MB "
-                      f"{r['clips_per_cpu_s'] / base:8.2f}x  {_load()}", flush=True)
-    return res
-
-
 def main(argv: list[str]) -> int:
     int_, float_ = cli_args.converter(int), cli_args.converter(float)
     p = cli_args.Parser("python -m benchmarks loader", __doc__)
-    p.add_argument("--config", default=None,
-                   help="measure at configs/NAME.toml's data settings (e.g. vit-s) over --data "
-                   "(default: the demo corpus) as stored and packed (--pack)")
-    p.add_argument("--pack", default="wav,flac",
-                   help="with --config: the corpus also packed with these codecs at the config's "
-                   "sample rate (comma-separated; empty: as stored only)")
+
     p.add_argument("--data", help="corpus directory: used if it holds *.arrow, else written there")
     p.add_argument("--rows", type=int_, default=48, help="recordings of a written corpus")
     p.add_argument("--seconds", type=float_, default=60.0,
@@ -515,13 +454,6 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", help="also write the results here")
     p.add_flag("quality", "only measure shuffle quality on a label-sorted corpus (no decoding)")
     args = p.parse_args(argv)
-    if args.config:
-        res = at_config(args)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({k: {x: y for x, y in v.items() if x != "indices"}
-                           for k, v in res.items()}, f, indent=1)
-        return 0
     if args.quality:
         quality(256 if args.batch_size == 32 else args.batch_size)
         return 0

@@ -23,7 +23,8 @@ class PeerViT:
     """`init(key)` -> (params, opt_state); `update(params, opt, x_btm)` (jitted, donating
     params and opt) -> (params, opt, loss); `batch(key)` -> a batch of the config's shape."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, platform: str | None = None):
+        """`platform`: what the step is compiled for (default: the default backend)."""
         m = cfg.model  # a finalized birdjepa config: only its numbers are read
         self.t, self.mels = cfg.data.n_frames, cfg.data.n_mels
         self.pt, self.pm = m.patch
@@ -33,7 +34,7 @@ class PeerViT:
         self.n_patches = (self.t // self.pt) * (self.mels // self.pm)
         self.dtype = jnp.bfloat16 if m.compute_dtype == "bfloat16" else jnp.float32
         self.n_seq = cfg.batch_size * cfg.data.n_views
-        on_gpu = jax.default_backend() == "gpu"
+        on_gpu = (platform or jax.default_backend()) in ("gpu", "cuda")
         self.attention = "cudnn" if on_gpu and self.dtype == jnp.bfloat16 else None
         self.policy = POLICIES[m.remat]
         self.tx = optax.chain(optax.clip_by_global_norm(cfg.optim.clip or 1e9),

@@ -5,13 +5,27 @@ window of `--window_s` s (and, with `--local N`, N more 2 s local crops cut from
 for 1, 2, 4, 8 and 14 workers (docs/issues/008-views-from-one-decode): views/s, views per CPU-second of
 the whole process and peak RSS, each configuration in a fresh process, best of --repeat. The
 corpus is `benchmarks.loader`'s (60 s demo recordings by default).
+
+`python -m benchmarks views --config vit-s [--batch_size 256] [--workers 2]`: the loader at a
+training config's data settings (views, view window, frames, mels, sample rate) over `--data`
+(default: the demo corpus, data/demo/train) as stored and packed by `sources pack --codec C
+--sample_rate <the config's>` for each codec of `--pack` (wav,flac): clips/s, clips per
+CPU-second of the whole process, transform CPU per clip, peak RSS and the ratio to the corpus as
+stored (docs/issues/022-gpu-kept-busy).
 """
 
+import dataclasses
 import json
 import os
 import tempfile
+import time
 
+import benchmarks.configs
 import benchmarks.loader as loader
+import birdjepa.config
+import birdjepa.data
+import birdjepa.data.config
+import birdjepa.data.pack
 import birdjepa.runtime.cli_args as cli_args
 
 
@@ -58,6 +72,49 @@ def bench(paths, args) -> dict:
     return out
 
 
+def at_config(args) -> dict:
+    """Clips per CPU-second at a training config's data settings (`--config`), over `--data`
+    as stored and packed at the config's sample rate by `sources pack --codec C` for each C of
+    `--pack`: each form in a fresh process, best of `--repeat`."""
+    cfg = birdjepa.config.load(benchmarks.configs.CONFIGS / f"{args.config}.toml")
+    d = cfg.data
+    loader_cfg = birdjepa.data.config.LoaderConfig(**{
+        f.name: getattr(d, f.name) for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)})
+    workers = [int(x) for x in args.workers.split(",")]
+    data = args.data or str(benchmarks.configs.CONFIGS.parent / "data" / "demo" / "train")
+    window = f"one {d.view_window_s:g} s window" if d.view_window_s else "a decode each"
+    print(f"{os.cpu_count()} cores; load average {loader._load()}; configs/{args.config}.toml's data "
+          f"settings: {d.n_views} view(s) of {d.n_frames} x {d.n_mels} from {window} at "
+          f"{d.sample_rate} Hz; batch {args.batch_size}, {args.batches} timed batches per run, "
+          f"best of {args.repeat}")
+    print(f"{'corpus':<24} {'workers':>7} {'clips/s':>8} {'clips/cpu-s':>11} {'xform ms':>8} "
+          f"{'peak RSS':>8} {'vs stored':>9}")
+    res: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        forms = {"as stored": data}
+        for codec in [c for c in args.pack.split(",") if c]:
+            out = os.path.join(tmp, codec)
+            t0 = time.perf_counter()
+            s = birdjepa.data.pack.pack(birdjepa.data.resolve_shards(data), out, codec=codec,
+                                        sample_rate=d.sample_rate, progress=False)
+            print(f"(sources pack --codec {codec} --sample_rate {d.sample_rate}: "
+                  f"{s['bytes'] / 1e6:.0f} MB in {time.perf_counter() - t0:.0f} s)", flush=True)
+            forms[f"packed {codec} {d.sample_rate // 1000} kHz"] = out
+        for w in workers:
+            for name, path in forms.items():
+                paths = birdjepa.data.resolve_shards(path)
+                runs = [loader.run_rust_isolated(paths, args.batches, args.batch_size, w, "audio",
+                                          config=dataclasses.replace(loader_cfg, n_workers=w))
+                        for _ in range(args.repeat)]
+                r = max(runs, key=lambda x: x["clips_per_cpu_s"])
+                res[f"{w}w {name}"] = r
+                base = res[f"{w}w as stored"]["clips_per_cpu_s"]
+                print(f"{name:<24} {w:>7} {r['clips_per_s']:8.1f} {r['clips_per_cpu_s']:11.1f} "
+                      f"{r['worker_cpu_ms_per_clip']:8.2f} {r['peak_rss_mb']:6.0f}MB "
+                      f"{r['clips_per_cpu_s'] / base:8.2f}x  {loader._load()}", flush=True)
+    return res
+
+
 def main(argv: list[str]) -> int:
     int_, float_ = cli_args.converter(int), cli_args.converter(float)
     p = cli_args.Parser("python -m benchmarks views", __doc__)
@@ -75,8 +132,22 @@ def main(argv: list[str]) -> int:
                    help="window seconds (>= the 5 s clip)")
     p.add_argument("--local", type=int_, default=0,
                    help="also measure this many 2 s local crops per sample (multi-crop)")
+    p.add_argument("--config", default=None,
+                   help="instead: clips per CPU-second at configs/NAME.toml's data settings "
+                   "(e.g. vit-s) over --data (default: the demo corpus, data/demo/train) as "
+                   "stored and packed (--pack), --batch_size clips, --workers, best of --repeat")
+    p.add_argument("--pack", default="wav,flac",
+                   help="with --config: the corpus also packed with these codecs at the config's "
+                   "sample rate (comma-separated; empty: as stored only)")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
+    if args.config:
+        res = at_config(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({k: {x: y for x, y in v.items() if x != "indices"}
+                           for k, v in res.items()}, f, indent=1)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         paths = loader.demo_corpus(args.data or os.path.join(tmp, "demo"), args.rows, args.seconds)
         res = bench(paths, args)

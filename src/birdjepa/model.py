@@ -45,9 +45,15 @@ class Linear(eqx.Module):
         self.w = _trunc_normal(key, (d_in, d_out), std)
         self.b = jnp.zeros((d_out,)) if bias else None
 
-    def __call__(self, x: Float[Array, "... d_in"]) -> Float[Array, "... d_out"]:
-        y = x @ self.w.astype(x.dtype)
-        return y if self.b is None else y + self.b.astype(x.dtype)
+    def __call__(self, x: Float[Array, "... d_in"], scale: Float[Array, " d_out"] | None = None
+                 ) -> Float[Array, "... d_out"]:
+        """`(x @ w + b) * scale` with the scale folded into the (float32) weight and bias: no
+        pass over the activations, and its gradient a reduction over the weight's gradient."""
+        w, b = self.w, self.b
+        if scale is not None:
+            w, b = w * scale, None if b is None else b * scale
+        y = x @ w.astype(x.dtype)
+        return y if b is None else y + b.astype(x.dtype)
 
 
 class LayerNorm(eqx.Module):
@@ -92,12 +98,16 @@ def rope_angles(coords_n2: Int[Array, "n 2"], head_dim: int) -> Float[Array, "n 
 
 
 def apply_rope(x_bnhd: Float[Array, "b n h d"], ang_bnp: Float[Array, "b n p"]):
-    """Rotate in float32 (angles of ~100 rad lose their phase in bfloat16); result in x's dtype."""
-    x1, x2 = jnp.split(x_bnhd.astype(jnp.float32), 2, axis=-1)
-    cos = jnp.cos(ang_bnp)[:, :, None, :]
-    sin = jnp.sin(ang_bnp)[:, :, None, :]
-    out = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
-    return out.astype(x_bnhd.dtype)
+    """Rotate in float32 (angles of ~100 rad lose their phase in bfloat16); result in x's dtype.
+    The halves (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos) as x c + swap(x) s, the swap a
+    reverse of the (2, d/2) view: one elementwise pass XLA fuses with what precedes it (a split
+    and concatenate made it write a float32 copy of the input first)."""
+    *lead, d = x_bnhd.shape
+    x = x_bnhd.astype(jnp.float32).reshape(*lead, 2, d // 2)
+    cos, sin = jnp.cos(ang_bnp)[:, :, None, None, :], jnp.sin(ang_bnp)[:, :, None, None, :]
+    sign = jnp.array([-1.0, 1.0], jnp.float32)[:, None]
+    out = x * cos + x[..., ::-1, :] * (sign * sin)
+    return out.reshape(x_bnhd.shape).astype(x_bnhd.dtype)
 
 
 def sincos_1d(pos_n: np.ndarray, d: int) -> np.ndarray:
@@ -208,14 +218,15 @@ class Block(eqx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if ang_bnp is not None:
             q, k = apply_rope(q, ang_bnp), apply_rope(k, ang_bnp)
-        a = self.wo(attention(q, k, v, impl=self.attention).reshape(b, n, d))
-        x_bnd = x_bnd + (a if self.ls1 is None else a * self.ls1).astype(jnp.float32)
+        # LayerScale (ls1, ls2) scales the branch's last matmul (Linear's `scale`).
+        a = self.wo(attention(q, k, v, impl=self.attention).reshape(b, n, d), self.ls1)
+        x_bnd = x_bnd + a.astype(jnp.float32)
         h = self.norm2(x_bnd, dt)
         if self.fc_gate is None:
-            m = self.fc2(jax.nn.gelu(self.fc1(h), approximate=self.gelu == "tanh"))
+            u = jax.nn.gelu(self.fc1(h), approximate=self.gelu == "tanh")
         else:
-            m = self.fc2(jax.nn.silu(self.fc_gate(h)) * self.fc1(h))
-        return x_bnd + (m if self.ls2 is None else m * self.ls2).astype(jnp.float32)
+            u = jax.nn.silu(self.fc_gate(h)) * self.fc1(h)
+        return x_bnd + self.fc2(u, self.ls2).astype(jnp.float32)
 
 
 class PoolNorms(eqx.Module):

@@ -11,6 +11,7 @@ blackman, sine), blackman_coeff=0.42, snip_edges=True, low_freq=20.0, high_freq=
 Nyquist, negative means that far below it), use_power=True, use_log_fbank=True.
 """
 
+import dataclasses
 import io
 import os
 from typing import Any
@@ -138,6 +139,32 @@ def encode(wave: Any, sample_rate: int, codec: str) -> bytes:
         for i in range(0, len(x), 1 << 16):  # blocks: one huge write call is a known crash
             f.write(x[i:i + (1 << 16)])
     return buf.getvalue()
+
+
+def recode(data: bytes | str | os.PathLike, codec: str, sample_rate: int | None = None) -> bytes:
+    """A recording (bytes or a path) decoded to mono, resampled to `sample_rate` (None: its
+    own rate) and encoded as 16-bit `codec` (`encode`): what `sources pack --codec` stores."""
+    wave, sr = decode(data)
+    if sample_rate is not None and sr != sample_rate:
+        wave, sr = resample(wave, sr, sample_rate), sample_rate
+    return encode(wave, sr, codec)
+
+
+@dataclasses.dataclass
+class Recoder:
+    """`recode` each recording; one that cannot be decoded is kept as it was and listed in
+    `kept` ((where, error) pairs)."""
+
+    codec: str
+    sample_rate: int | None = None
+    kept: list = dataclasses.field(default_factory=list)
+
+    def __call__(self, data: bytes, where: str) -> bytes:
+        try:
+            return recode(data, self.codec, self.sample_rate)
+        except _rs.AudioError as e:
+            self.kept.append((where, f"{type(e).__name__}: {e}"))  # list.append is atomic
+            return data
 
 
 def clip(

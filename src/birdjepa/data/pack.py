@@ -4,11 +4,9 @@ small files on a network file system are slow.
 
 * Every column is kept; the audio column becomes HF's `{bytes, path}` struct whose bytes are the
   files' bytes exactly (`--codec copy`, the default) and whose path is the stored one.
-* `--codec wav|flac [--sample_rate SR]` re-encodes every recording instead: decoded to mono,
-  resampled once to SR (the model's rate: the loader then neither resamples nor decodes a
-  compressed codec, 2.3x (wav) the clips per CPU-second on the demo corpus; docs/issues/
-  022-gpu-kept-busy) and written as 16-bit PCM (birdjepa.data.audio.encode). A recording that
-  cannot be decoded is kept as it was, counted and named in one warning.
+* `--codec wav|flac [--sample_rate SR]` re-encodes each recording (birdjepa.data.audio.recode:
+  mono, resampled once to SR, 16-bit); at the model's rate the loader neither resamples nor
+  decodes a codec (docs/issues/022-gpu-kept-busy). Undecodable ones are kept, and named.
 * The rows are planned once (`pack-plan.json` in DST: sources, row ranges per shard, settings);
   shards are written in parallel (threads: reading and writing release the GIL), each to a
   temporary file renamed when complete, with a progress bar over rows.
@@ -31,7 +29,6 @@ small files on a network file system are slow.
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import fcntl
 import hashlib
 import json
@@ -137,29 +134,6 @@ class Source:
             return 0
 
 
-@dataclasses.dataclass
-class Recode:
-    """How pack re-encodes each recording: decoded to mono, resampled to `sample_rate` (None:
-    each keeps its own), written as 16-bit `codec`. Recordings that cannot be decoded are kept
-    as they were and listed in `kept` ((where, error) pairs)."""
-
-    codec: str
-    sample_rate: int | None = None
-    kept: list = dataclasses.field(default_factory=list)
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-    def __call__(self, data: bytes, where: str) -> bytes:
-        try:
-            wave, sr = birdjepa.data.audio.decode(data)
-            if self.sample_rate is not None and sr != self.sample_rate:
-                wave, sr = birdjepa.data.audio.resample(wave, sr, self.sample_rate), self.sample_rate
-            return birdjepa.data.audio.encode(wave, sr, self.codec)
-        except birdjepa._rs.AudioError as e:
-            with self.lock:
-                self.kept.append((where, f"{type(e).__name__}: {e}"))
-            return data
-
-
 def plan(src: Source, shard_bytes: int) -> list[tuple[int, int]]:
     """Contiguous [start, end) row ranges of about `shard_bytes` of audio each."""
     out, start, acc = [], 0, 0
@@ -175,7 +149,7 @@ def plan(src: Source, shard_bytes: int) -> list[tuple[int, int]]:
 
 def _audio_array(src: Source, start: int, end: int,
                  max_audio_mb: float = data_paths.MAX_AUDIO_MB,
-                 recode: Recode | None = None) -> pa.StructArray:
+                 recode: "birdjepa.data.audio.Recoder | None" = None) -> pa.StructArray:
     """The {bytes, path} audio of rows [start, end): each file read once, straight into one
     values buffer (no per-row bytes objects, no second copy; with `recode`, each recording
     re-encoded); a file is read only if it is a regular file within `max_audio_mb` once open
@@ -188,17 +162,17 @@ def _audio_array(src: Source, start: int, end: int,
                 f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}, column "
                 f"'{src.audio_column}': neither audio bytes nor a path")
         try:
-            parts.append(b if b else data_paths.open_regular(file, max_audio_mb))
+            if recode is not None:  # the re-encoded bytes, not the file's
+                where = f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}"
+                parts.append(recode(b or data_paths.read_file(file, max_audio_mb), where))
+            else:
+                parts.append(b if b else data_paths.open_regular(file, max_audio_mb))
         except BaseException:
             for x in parts:
                 if not isinstance(x, bytes):
                     x[0].close()
             raise
         paths.append(p)
-    if recode is not None:
-        parts = [recode(x if isinstance(x, bytes) else _read_all(*x),
-                        f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}")
-                 for k, x in zip(range(start, end), parts, strict=True)]
     sizes = np.array([len(x) if isinstance(x, bytes) else x[1] for x in parts], np.int64)
     parts = [x if isinstance(x, bytes) else x[0] for x in parts]
     offsets = np.zeros(len(parts) + 1, np.int64)
@@ -222,16 +196,6 @@ def _audio_array(src: Source, start: int, end: int,
         None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(values)])
     return pa.StructArray.from_arrays([blobs, pa.array(paths, pa.string())],
                                       names=["bytes", "path"])
-
-
-def _read_all(f, size: int) -> bytes:
-    """The `size` bytes of the open file `f` (closed after), refusing one that changed."""
-    with f:
-        data = f.read(size + 1)
-    if len(data) != size:
-        raise birdjepa._rs.DatasetError(f"{f.name}: the file changed while it was read ({size} "
-                                        f"bytes at open, {len(data)} read)")
-    return data
 
 
 def _schema(src: Source, sample_rate: int | None = None) -> pa.Schema:
@@ -294,7 +258,7 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
                 progress=None, manifest: Manifest | None = None,
                 stop: threading.Event | None = None,
                 max_audio_mb: float = data_paths.MAX_AUDIO_MB,
-                recode: Recode | None = None) -> int:
+                recode: "birdjepa.data.audio.Recoder | None" = None) -> int:
     """Rows [start, end) of `src` into `path` (via a temporary file, recorded in `manifest`,
     then renamed); raises Stopped once `stop` is set."""
     tmp = f"{path}.tmp"
@@ -369,8 +333,8 @@ def _lock(dst: str) -> int:
 
 
 def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
-               max_audio_mb: float = data_paths.MAX_AUDIO_MB, recode: Recode | None = None
-               ) -> None:
+               max_audio_mb: float = data_paths.MAX_AUDIO_MB,
+               recode: "birdjepa.data.audio.Recoder | None" = None) -> None:
     """Write the `todo` shards; the first failure cancels the queued ones, waits for the
     running ones, removes every temporary file, and is raised."""
     stop = threading.Event()
@@ -426,18 +390,13 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     recording's own); returns {"dst", "shards", "n_rows", "bytes", "seconds", "skipped" (shards
     already done), "kept" ((where, error) of recordings that could not be re-encoded)}."""
     t0 = time.perf_counter()
-    if codec != "copy" and codec not in birdjepa.data.audio.ENCODINGS:
+    if codec not in ("copy", *birdjepa.data.audio.ENCODINGS) or (sample_rate is not None and (
+            codec == "copy" or not 1000 <= sample_rate <= 384000)):
         raise birdjepa._rs.BadArgumentError(
-            f"bad argument codec: expected copy, {', '.join(birdjepa.data.audio.ENCODINGS)}, "
-            f"got {codec!r}")
-    if sample_rate is not None and codec == "copy":
-        raise birdjepa._rs.BadArgumentError(
-            f"bad argument sample_rate: expected none with codec 'copy' (the bytes are kept as "
-            f"they are), got {sample_rate}; add --codec wav or --codec flac to re-encode")
-    if sample_rate is not None and not 1000 <= sample_rate <= 384000:
-        raise birdjepa._rs.BadArgumentError(
-            f"bad argument sample_rate: expected a rate in [1000, 384000] Hz, got {sample_rate}")
-    recode = None if codec == "copy" else Recode(codec, sample_rate)
+            f"bad argument codec, sample_rate: expected copy (no rate: the bytes are kept as "
+            f"they are) or wav/flac with no rate or one in [1000, 384000] Hz, got {codec!r}, "
+            f"{sample_rate}")
+    recode = None if codec == "copy" else birdjepa.data.audio.Recoder(codec, sample_rate)
     src = Source(files, audio_column, audio_root, path_map)
     src.check(max_audio_mb)
     ranges = plan(src, int(shard_mb * 1e6))
@@ -446,8 +405,7 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     want = {"sources": [os.path.abspath(f) for f in files], "n_rows": len(src.rows),
             "audio_column": audio_column, "audio_root": audio_root, "path_map": path_map or {},
             "ranges": [list(r) for r in ranges], "names": names}
-    if recode is not None:  # absent for copies: plans written before re-encoding still match
-        want.update(codec=codec, sample_rate=sample_rate)
+    want |= {"codec": codec, "sample_rate": sample_rate} if recode else {}  # old plans: copies
     _check_dst(files, dst, names)
     os.makedirs(dst, exist_ok=True)
     fd = _lock(dst)
@@ -518,11 +476,9 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
                    "larger than this many MB is an error (only regular files are read at all)")
     p.add_argument("--split", default=None, help="the split of SRC to read, if it has several")
     p.add_argument("--codec", default="copy", choices=["copy", *birdjepa.data.audio.ENCODINGS],
-                   help="copy the audio bytes as they are, or re-encode every recording as "
-                   "16-bit mono wav or flac")
-    p.add_argument("--sample_rate", type=cli_args.converter(int), default=None,
-                   help="with --codec wav/flac: resample every recording to this rate once (the "
-                   "model's, e.g. 32000: the loader then does not resample)")
+                   help="copy the audio bytes, or re-encode each recording as 16-bit mono")
+    p.add_argument("--sample_rate", type=cli_args.converter(int), default=None, help="with "
+                   "--codec wav/flac: resample each recording to this rate (the model's) once")
     return p
 
 
@@ -536,9 +492,8 @@ def run(a, resolve) -> int:
     except (birdjepa._rs.Error, OSError) as e:
         return cli_args.fail(e)
     if s["kept"]:
-        where, error = s["kept"][0]
         print(f"warning: {len(s['kept'])} recording(s) could not be decoded and were kept as "
-              f"they were (first: {where}: {error})", file=sys.stderr)
+              f"they were (first: {': '.join(s['kept'][0])})", file=sys.stderr)
     print(f"packed {s['n_rows']} rows into {len(s['shards'])} shards ({s['bytes'] / 1e6:.1f} MB, "
           f"{s['skipped']} already done) in {s['seconds']:.1f} s -> {s['dst']}")
     return 0
