@@ -10,15 +10,18 @@ resumed or requeued run, or a second run of the same shapes, loads its update in
 it again (17-18 s for ViT-S on an H200). The directory is, in this order: the `compile_cache`
 setting, $BIRDJEPA_COMPILE_CACHE, JAX's own JAX_COMPILATION_CACHE_DIR, or
 $XDG_CACHE_HOME/birdjepa/jax-compile (default ~/.cache/...); "off" in the setting or the
-variable disables it. A cluster points it at shared storage so that every node shares one copy.
+variable disables it. A cluster points it at shared storage so that every node shares one copy
+(on a CPU backend, in a subdirectory per instruction set: XLA's CPU code is the host's).
 JAX writes only compiles slower than `jax_persistent_cache_min_compile_time_secs` (1 s; its
 environment variable JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS sets it).
 """
 
 import collections
 import dataclasses
+import hashlib
 import os
 import pathlib
+import platform
 import threading
 
 import jax
@@ -47,11 +50,27 @@ def resolve(setting: str) -> str | None:
     return str(default_dir())
 
 
+def _cpu_subdir() -> str:
+    """`cpu-<hash of this CPU's instruction-set flags>`: XLA compiles CPU executables for the
+    host's instruction set, and JAX's cache key does not say which, so CPUs that differ (nodes of
+    a cluster sharing a home directory) keep apart."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    tag = flags or f"{platform.machine()} {platform.processor()}"
+    return "cpu-" + hashlib.sha256(tag.encode()).hexdigest()[:12]
+
+
 def enable(setting: str) -> str | None:
-    """Point JAX's persistent compilation cache at `resolve(setting)` (None: turn it off) and
-    start counting compiles; returns the directory."""
+    """Point JAX's persistent compilation cache at `resolve(setting)` (in a subdirectory per
+    instruction set on a CPU backend; None: turn it off) and start counting compiles; returns
+    the directory."""
     watch()
     path = resolve(setting)
+    if path is not None and jax.default_backend() == "cpu":
+        path = os.path.join(path, _cpu_subdir())
     if path != jax.config.jax_compilation_cache_dir or \
             (path is not None) != jax.config.jax_enable_compilation_cache:
         jax.config.update("jax_enable_compilation_cache", path is not None)
