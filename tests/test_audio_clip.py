@@ -68,7 +68,7 @@ def test_clip_matches_reference_pipeline(kind, sr, channels):
     ref = knf_fbank(soxr.resample(y, sr, 32000, quality="VHQ").astype(np.float32))
     assert ref.shape == feats.shape
     # Cells within 30 dB of their frame's peak, in mel bins below 14 kHz: above that sit the
-    # resamplers' transition bands (rubato's and soxr's anti-alias filters differ there by design).
+    # resamplers' transition bands (soxr HQ's, which ours follows, is wider than VHQ's).
     loud = (ref >= ref.max(axis=1, keepdims=True) - 6.9) & passband_bins(14000.0)[None, :]
     diff = np.abs(feats - ref)
     # Frames at the edges differ legitimately: we resample with real signal around the window.

@@ -132,6 +132,39 @@ def test_configs_saved_before_new_model_fields_resume_and_keep_their_run_id():
         config.check_same(old, erf, ignore=config.NOT_SHAPING, what="resume")
 
 
+def test_runs_saved_before_the_resampler_setting_keep_their_filter_and_run_id():
+    """data.resampler came with issue 36: a run saved without it resampled with the legacy filter,
+    so an unset resampler resumes it with that filter (and the resume check passes); a new run
+    gets the new default; an explicit value stays, and a resume that changes it is refused; a
+    config at the default (unset) hashes (run id) as before, as does one naming the legacy
+    filter."""
+    cfg = config.finalize(config.load(REPO / "configs" / "demo.toml"))
+    assert cfg.data.resampler is None
+    old = dataclasses.asdict(cfg)
+    del old["data"]["resampler"]
+    resumed = config.with_resampler(cfg, old)
+    assert resumed.data.resampler == birdjepa.data.config.LEGACY_RESAMPLER == "rubato-bh2-1024"
+    config.check_same(old, resumed, ignore=config.NOT_SHAPING, what="resume")
+    assert config.with_resampler(cfg, None).data.resampler == "soxr-hq"
+    new = dataclasses.asdict(config.with_resampler(cfg, None))
+    assert config.with_resampler(cfg, new).data.resampler == "soxr-hq"
+    explicit = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, resampler="soxr-hq"))
+    assert config.with_resampler(explicit, old) is explicit
+    with pytest.raises(config.ConfigError, match="data.resampler: checkpoint has "
+                                                 "'rubato-bh2-1024', config has 'soxr-hq'"):
+        config.check_same(old, explicit, ignore=config.NOT_SHAPING, what="resume")
+    assert config.config_hash(old) == config.config_hash(dataclasses.asdict(cfg)) \
+        == config.config_hash(dataclasses.asdict(resumed))
+    assert config.config_hash(dataclasses.asdict(explicit)) != config.config_hash(old)
+    # The loader of the resolved run: the legacy filter is left out of its config (fingerprint).
+    assert "resampler" not in resumed.data.shaping_values()
+    assert config.with_resampler(cfg, None).data.shaping_values()["resampler"] == "soxr-hq"
+    bad = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, resampler="soxr"))
+    with pytest.raises(config.ConfigError, match=r'^data.resampler: expected one of soxr-hq, '
+                                                 r'rubato-bh2-1024, got "soxr"$'):
+        config.validate(bad)
+
+
 # Issue 23 item 13 (and 12): bad values main accepted (then trained NaN or hung) or crashed on
 # with a traceback. Each is one ConfigError naming the key, the expected and the actual value.
 NAN = float("nan")

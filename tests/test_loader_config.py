@@ -29,10 +29,15 @@ def test_python_and_rust_declare_the_same_settings_and_defaults():
             continue
         if name == "local_frames":  # None: derived from local_s; Rust's unset is 0
             assert default is None and rust[name] == 0
+        elif name == "resampler":  # None: resolved in Python (a state's, else the default)
+            assert default is None and rust[name] == data_config.DEFAULT_RESAMPLER
         elif isinstance(default, float):
             assert np.float32(default) == np.float32(rust[name]), name
         else:
             assert default == rust[name], name
+    assert data_config.RESAMPLERS == tuple(birdjepa._rs.RESAMPLERS)
+    assert data_config.DEFAULT_RESAMPLER == birdjepa._rs.DEFAULT_RESAMPLER == "soxr-hq"
+    assert data_config.LEGACY_RESAMPLER == birdjepa._rs.LEGACY_RESAMPLER == "rubato-bh2-1024"
 
 
 BAD = [
@@ -45,7 +50,7 @@ BAD = [
     dict(n_local=2, view_window_s=6.0, local_frames=0),
     dict(n_local=1, view_window_s=6.0, local_s=0.5, local_frames=192),  # 48 real frames
     dict(max_audio_mb=0.0), dict(max_audio_mb=-5.0),
-    dict(crop="event"), dict(segment="center"),
+    dict(crop="event"), dict(segment="center"), dict(resampler="soxr"),
 ]
 
 
@@ -88,7 +93,13 @@ def test_the_data_section_is_the_loader_config_plus_training_keys():
 def test_shaping_settings_are_the_config_keys():
     speed = {f.name for f in dataclasses.fields(LoaderConfig)} - set(LoaderConfig().shaping_values())
     # Where the audio files are (audio_root, path_map) does not shape the stream: a cache moved
-    # to scratch resumes. The settings added since (at their defaults) are left out.
+    # to scratch resumes. The settings added since (at their defaults) are left out; resampler
+    # is left out at the legacy filter (what every state saved before it used), and a new
+    # stream's default filter is not that one.
+    assert LoaderConfig().shaping_values()["resampler"] == "soxr-hq"
+    legacy = LoaderConfig(resampler="rubato-bh2-1024").shaping_values()
+    assert "resampler" not in legacy
+    assert speed | {"resampler"} == {f.name for f in dataclasses.fields(LoaderConfig)} - set(legacy)
     assert speed == {"n_workers", "prefetch", "max_failure_fraction", "failure_window",
                      "audio_root", "path_map", "max_audio_mb", "view_window_s", "n_local", "local_s",
                      "local_frames", "crop", "events_column", "segment", "segment_start_column",
@@ -111,15 +122,19 @@ def test_rust_rejects_unknown_settings_and_config_keys_are_unchanged(tmp_path):
     with pytest.raises(birdjepa.BadArgumentError, match="config.*batch_sise"):
         birdjepa._rs.Loader(ds, json.dumps({"batch_sise": 8}), start_step=0)
     # The keys of Loader.config (hence state dicts and fingerprints) are those of before, at
-    # the defaults of settings added since (view_window_s).
+    # the defaults of settings added since (view_window_s) and with the filter of before.
+    old = {"mode", "seed", "batch_size", "n_views", "n_frames", "n_mels", "clip_s",
+           "sample_rate", "mean", "std", "block_size", "shuffle_window", "max_replacements",
+           "transform", "audio_column", "label_column", "n_shards", "n_rows", "shards_hash"}
+    with birdjepa.data._DebugLoader([path], batch_size=4, transform="debug", clip_s=0.1,
+                                     n_frames=8, resampler="rubato-bh2-1024") as loader:
+        assert set(loader.config) == old
+        assert next(iter(loader))["data"].shape == (4, 8, 128)  # debug: 8 frames for 0.1 s
+    # A new stream names its (new) filter: a state saved before cannot be mistaken for it.
     with birdjepa.data._DebugLoader([path], batch_size=4, transform="debug", clip_s=0.1,
                                      n_frames=8) as loader:
-        assert set(loader.config) == {
-            "mode", "seed", "batch_size", "n_views", "n_frames", "n_mels", "clip_s",
-            "sample_rate", "mean", "std", "block_size", "shuffle_window", "max_replacements",
-            "transform", "audio_column", "label_column", "n_shards", "n_rows", "shards_hash",
-        }
-        assert next(iter(loader))["data"].shape == (4, 8, 128)  # debug: 8 frames for 0.1 s
+        assert set(loader.config) == old | {"resampler"}
+        assert loader.config["resampler"] == "soxr-hq"
 
 
 def test_debug_transform_is_test_only(tmp_path):

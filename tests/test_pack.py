@@ -2,6 +2,7 @@
 partial one is redone, and the result is byte-identical to the files."""
 
 import errno
+import json
 import fcntl
 import os
 import shutil
@@ -198,6 +199,19 @@ def test_pack_reencodes_at_the_models_rate_and_the_loader_sees_the_same_clips(de
 
     rc, err = _pack_cli(bad, dst, capsys, "--codec", "flac", "--sample_rate", "32000")
     assert rc == 2 and len(err) == 1 and "differs in codec" in err[0], err
+    # The filter is part of the plan: a resumed pack keeps its own (a plan written before the
+    # setting existed names none and used the legacy one), another one is refused.
+    plan = dst / birdjepa.data.pack.PLAN
+    assert json.loads(plan.read_text())["resampler"] == "soxr-hq"
+    wav = ("--codec", "wav", "--sample_rate", "32000")
+    rc, err = _pack_cli(bad, dst, capsys, *wav, "--resampler", "rubato-bh2-1024")
+    assert rc == 2 and len(err) == 1 and "differs in resampler" in err[0], err
+    old = {k: v for k, v in json.loads(plan.read_text()).items() if k != "resampler"}
+    plan.write_text(json.dumps(old))
+    assert _pack_cli(bad, dst, capsys, *wav)[0] == 0
+    assert json.loads(plan.read_text()) == old
+    rc, err = _pack_cli(bad, dst, capsys, *wav, "--resampler", "soxr-hq")
+    assert rc == 2 and len(err) == 1 and "differs in resampler" in err[0], err
     rc, err = _pack_cli(bad, tmp_path / "x", capsys, "--sample_rate", "32000")
     assert rc == 2 and err == ["error: bad argument codec, sample_rate: expected copy (no "
                                "rate: the bytes are kept as they are) or wav/flac with no rate "

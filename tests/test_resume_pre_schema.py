@@ -23,10 +23,13 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import resume_helpers
 
+import birdjepa
 import birdjepa.config
+import birdjepa.data
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "pre-schema-run"
 RTOL = {"loss": 1e-4, "probe_loss": 1e-4, "param_norm": 1e-4, "grad_norm": 5e-3, "lr": 0.0}
@@ -69,3 +72,33 @@ def test_the_config_hash_of_an_old_config_is_unchanged():
     assert birdjepa.config.config_hash(dataclasses.asdict(cfg))[:10] == want
     moved = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, block_size=32))
     assert birdjepa.config.config_hash(dataclasses.asdict(moved))[:10] != want
+
+
+def test_its_loader_state_resumes_with_the_filter_of_before(demo_corpus):
+    """The fixture's loader state (saved before the `resampler` setting existed; the corpus holds
+    22.05, 44.1 and 48 kHz recordings) resumes with the filter of before: a loader that leaves
+    resampler unset takes it from the state, with the state's fingerprint, and yields what an
+    explicit "rubato-bh2-1024" loader yields; the new filter's stream is another stream (its
+    fingerprint differs and its features too), so an explicit "soxr-hq" is refused, naming it."""
+    corpus = demo_corpus(**resume_helpers.CORPUS)["out_dir"]
+    state = json.loads((FIXTURE / "2" / "loader" / "metadata").read_text())
+    assert "resampler" not in state["config"]
+    kw = dict(batch_size=8, n_classes=12, n_workers=1, n_views=2, view_window_s=6.0, n_local=2,
+              local_s=2.0, local_frames=192)
+    with birdjepa.data.Loader(corpus, state=state, **kw) as loader:
+        assert loader.cfg.resampler == "rubato-bh2-1024"
+        assert loader.fingerprint == state["fingerprint"]
+        got = next(loader)
+    with birdjepa.data.Loader(corpus, state=state, resampler="rubato-bh2-1024", **kw) as loader:
+        want = next(loader)
+    for key in ("data", "local", "index", "start_s", "local_start_s"):
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    with pytest.raises(birdjepa.StateMismatchError,
+                       match="resampler: state has None, loader has 'soxr-hq'"):
+        birdjepa.data.Loader(corpus, state=state, resampler="soxr-hq", **kw)
+    with birdjepa.data.Loader(corpus, **kw) as new, \
+            birdjepa.data.Loader(corpus, resampler="rubato-bh2-1024", **kw) as old:
+        assert new.cfg.resampler == "soxr-hq" and new.fingerprint != old.fingerprint
+        a, b = next(new), next(old)
+    np.testing.assert_array_equal(a["start_s"], b["start_s"])  # the same crops, other features
+    assert np.abs(a["data"] - b["data"]).max() > 0.5  # measured 1.6 (normalised units)

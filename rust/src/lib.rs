@@ -8,6 +8,7 @@ pub mod debug_transform;
 pub mod decode;
 pub mod error;
 pub mod fbank;
+pub mod fir;
 pub mod loader;
 pub mod order;
 pub mod resample;

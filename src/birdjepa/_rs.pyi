@@ -31,6 +31,11 @@ def _resolve_audio_path(stored: str, shard_dir: str, audio_root: str = "",
 # --- audio (rust/src/python/audio.rs) ---
 
 FBANK_OPTIONS: list[str]
+RESAMPLERS: list[str]
+"""The resampling filters by name (rust/src/resample.rs Filter): "soxr-hq", "rubato-bh2-1024"."""
+DEFAULT_RESAMPLER: str
+LEGACY_RESAMPLER: str
+"""The filter of runs, loader states and exports saved before the name was recorded."""
 
 def decode(
     data: bytes, *, start_s: float | None = None, duration_s: float | None = None
@@ -40,7 +45,8 @@ def decode(
 def info(data: bytes) -> dict[str, Any]:
     """sample_rate: int, channels: int, n_frames: int | None, codec: str, container: str."""
 
-def resample(wave: np.ndarray, src_sr: int, dst_sr: int) -> np.ndarray: ...
+def resample(wave: np.ndarray, src_sr: int, dst_sr: int, *,
+             resampler: str = "soxr-hq") -> np.ndarray: ...
 def fbank(wave: np.ndarray, *, sample_rate: float = 32000.0, **opts: Any) -> np.ndarray: ...
 def clip(
     data: bytes,
@@ -48,6 +54,7 @@ def clip(
     start_s: float = 0.0,
     duration_s: float = 5.0,
     sample_rate: int = 32000,
+    resampler: str = "soxr-hq",
     **opts: Any,
 ) -> tuple[np.ndarray, bool]:
     """(frames, n_mels) float32 features and whether the window was decoded by seeking."""

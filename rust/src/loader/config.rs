@@ -48,6 +48,9 @@ pub struct LoaderConfig {
     /// Clip duration in seconds and the target sample rate of the audio transform.
     pub clip_s: f64,
     pub sample_rate: u32,
+    /// The resampling filter for recordings not at `sample_rate` (`crate::resample::Filter`):
+    /// "soxr-hq" or "rubato-bh2-1024" (the filter before issue 36).
+    pub resampler: String,
     /// 0: every view is its own crop of the recording (one decode per view). Otherwise one
     /// window of this many seconds (>= clip_s) is decoded, resampled and featurized once per
     /// sample, and its views are clip_s crops cut from it in frames.
@@ -117,6 +120,7 @@ impl Default for LoaderConfig {
             transform: "audio".into(),
             clip_s: 5.0,
             sample_rate: 32000,
+            resampler: crate::resample::Filter::default().name().into(),
             view_window_s: 0.0,
             n_local: 0,
             local_s: 2.0,
@@ -288,6 +292,7 @@ impl LoaderConfig {
         one_of("crop", &self.crop, &["random", "events"])?;
         one_of("segment", &self.segment, &["centre", "columns"])?;
         one_of("pad", &self.pad, &["zero", "min"])?;
+        crate::resample::Filter::parse(&self.resampler)?;
         Ok(())
     }
 

@@ -8,6 +8,7 @@ use crate::clip::{ClipConfig, ClipWorker, Transform};
 use crate::debug_transform::DebugTransform;
 use crate::error::{Error, Result};
 use crate::fbank::FbankConfig;
+use crate::resample::Filter;
 
 /// A factory building `cfg.transform` once per worker thread, after checking its settings.
 ///
@@ -58,6 +59,7 @@ fn make_transform(cfg: &LoaderConfig) -> Result<Box<dyn Transform>> {
                 sample_rate: cfg.sample_rate,
                 duration_s: cfg.window_s(),
                 fbank,
+                resampler: Filter::parse(&cfg.resampler)?,
             })?))
         }
         other => Err(Error::bad_argument(

@@ -14,7 +14,7 @@ use crate::clip::{ClipConfig, ClipWorker, Crop};
 use crate::decode::{self as core_decode, Source};
 use crate::error::{Error, Result};
 use crate::fbank::{Fbank, FbankConfig, WindowType};
-use crate::resample::ResamplerCache;
+use crate::resample::{Filter, ResamplerCache};
 
 thread_local! {
     static RESAMPLERS: RefCell<ResamplerCache> = RefCell::new(ResamplerCache::new());
@@ -122,14 +122,18 @@ fn info<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-/// Resample a mono float32 wave from `src_sr` to `dst_sr` Hz (`round(n * dst / src)` samples).
+/// Resample a mono float32 wave from `src_sr` to `dst_sr` Hz (`round(n * dst / src)` samples)
+/// with the filter named `resampler` ("soxr-hq" or "rubato-bh2-1024").
 #[pyfunction]
+#[pyo3(signature = (wave, src_sr, dst_sr, *, resampler="soxr-hq"))]
 fn resample<'py>(
     py: Python<'py>,
     wave: PyReadonlyArray1<'py, f32>,
     src_sr: u32,
     dst_sr: u32,
+    resampler: &str,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    let filter = Filter::parse(resampler).map_err(to_py)?;
     let x = wave.as_slice().map_err(|e| {
         to_py(Error::bad_argument(
             "wave",
@@ -146,7 +150,7 @@ fn resample<'py>(
                     format!("{} at index {i}", x[i]),
                 ));
             }
-            RESAMPLERS.with_borrow_mut(|c| c.get(src_sr, dst_sr)?.process(x))
+            RESAMPLERS.with_borrow_mut(|c| c.get_filter(src_sr, dst_sr, filter)?.process(x))
         })
         .map_err(to_py)?;
     Ok(y.into_pyarray(py))
@@ -183,15 +187,18 @@ fn fbank<'py>(
     to_matrix(py, data, n_mels)
 }
 
-/// Features of one clip: decode the window, resample, fbank. Returns `(features, seeked)`.
+/// Features of one clip: decode the window, resample (with the filter named `resampler`),
+/// fbank. Returns `(features, seeked)`.
 #[pyfunction]
-#[pyo3(signature = (data, *, start_s=0.0, duration_s=5.0, sample_rate=32000, **opts))]
+#[pyo3(signature = (data, *, start_s=0.0, duration_s=5.0, sample_rate=32000, resampler="soxr-hq", **opts))]
+#[allow(clippy::too_many_arguments)]
 fn clip<'py>(
     py: Python<'py>,
     data: &[u8],
     start_s: f64,
     duration_s: f64,
     sample_rate: u32,
+    resampler: &str,
     opts: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<(Bound<'py, PyArray2<f32>>, bool)> {
     let fb = fbank_config(sample_rate as f32, opts)?;
@@ -199,6 +206,7 @@ fn clip<'py>(
         sample_rate,
         duration_s,
         fbank: fb,
+        resampler: Filter::parse(resampler).map_err(to_py)?,
     };
     let feats = py
         .detach(|| {
@@ -224,5 +232,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fbank, m)?)?;
     m.add_function(wrap_pyfunction!(clip, m)?)?;
     m.add("FBANK_OPTIONS", FBANK_OPTIONS.to_vec())?;
+    let names: Vec<&str> = Filter::ALL.iter().map(|f| f.name()).collect();
+    m.add("RESAMPLERS", names)?;
+    m.add("DEFAULT_RESAMPLER", Filter::default().name())?;
+    m.add("LEGACY_RESAMPLER", Filter::LEGACY.name())?;
     Ok(())
 }

@@ -417,18 +417,41 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, typing.Any]:
     return out
 
 
+LEGACY = {**model_cfg.LEGACY, "data.resampler": birdjepa.data.config.LEGACY_RESAMPLER}
+"""Fields added after runs were saved whose saved absence means a value other than today's
+default: the model fields of model_cfg.LEGACY, and data.resampler (a run saved before it
+resampled with the legacy filter; an unset one in a new config is resolved by
+`with_resampler`)."""
+
+
 def _legacy_default(key: str, value) -> bool:
-    """Whether `key` is a field added later (model_cfg.LEGACY) holding its legacy value: left
-    out of the hash, so a config that keeps today's behaviour hashes as it did before."""
-    return key in model_cfg.LEGACY and value == model_cfg.LEGACY[key]
+    """Whether `key` is a field added later (LEGACY) holding its legacy value: left out of the
+    hash, so a config that keeps today's behaviour hashes as it did before."""
+    return key in LEGACY and value == LEGACY[key]
 
 
 def _with_legacy(flat: dict) -> dict:
-    """`flat` with the legacy value of each later-added model field it lacks or leaves unset
-    (`upgrade` reads a missing key as None), when it holds a model at all."""
+    """`flat` with the legacy value of each later-added field (LEGACY) it lacks or leaves unset
+    (`upgrade` reads a missing key as None), when it holds a model at all (a whole config)."""
     if not any(k.startswith("model.") for k in flat):
         return flat
-    return {**flat, **{k: v for k, v in model_cfg.LEGACY.items() if flat.get(k) is None}}
+    return {**flat, **{k: v for k, v in LEGACY.items() if flat.get(k) is None}}
+
+
+def with_resampler(cfg: Config, saved: dict | None) -> Config:
+    """`cfg` with an unset (None) data.resampler resolved: the filter of the run `saved` (its
+    config dict, from a checkpoint or run_dir/config.toml; one that names none was saved before
+    the setting existed and used birdjepa.data.config.LEGACY_RESAMPLER), or for a new run
+    (`saved` None) the default. So an old run resumes with its filter, a new one gets the new
+    filter, and an explicit value stays (a resume then compares it with the saved one)."""
+    if cfg.data.resampler is not None:
+        return cfg
+    if saved is None:
+        value = birdjepa.data.config.DEFAULT_RESAMPLER
+    else:
+        data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
+        value = data.get("resampler") or birdjepa.data.config.LEGACY_RESAMPLER
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, resampler=value))
 
 
 def _ignored(key: str, ignore: typing.Iterable[str]) -> bool:
@@ -437,9 +460,10 @@ def _ignored(key: str, ignore: typing.Iterable[str]) -> bool:
 
 ADDED_DATA_KEYS = ("block_size", "shuffle_window", "mean", "std", "max_replacements",
                    "clip_s", "sample_rate", "crop", "events_column", "segment",
-                   "segment_start_column", "segment_end_column", "pad")
-"""Loader settings that became training keys with the one-schema change: a config at their
-default hashes (run id) and compares (resume) as one written before them did."""
+                   "segment_start_column", "segment_end_column", "pad", "resampler")
+"""Loader settings that became training keys with the one-schema change, or were added since: a
+config at their default (resampler: unset) hashes (run id) and compares (resume) as one written
+before them did."""
 
 
 def upgrade(saved: dict) -> dict:
@@ -450,8 +474,8 @@ def upgrade(saved: dict) -> dict:
 
 def config_hash(cfg: dict, *, ignore: typing.Iterable[str] = NOT_SHAPING) -> str:
     """A stable hash of the config fields that shape the model or the data stream; loader
-    settings added later (ADDED_DATA_KEYS) and model fields added later (model_cfg.LEGACY)
-    count only away from their defaults."""
+    settings added later (ADDED_DATA_KEYS) count only away from their defaults, and fields
+    added later (LEGACY) only away from their legacy values."""
     defaults = birdjepa.data.config.LoaderConfig()
     flat = {k: v for k, v in flatten(cfg).items() if not _ignored(k, ignore)
             and not _legacy_default(k, v)

@@ -25,6 +25,15 @@ DEFAULT_MEAN = -7.2
 DEFAULT_STD = 4.43
 MAX_WINDOW_S = 3600.0
 
+RESAMPLERS = ("soxr-hq", "rubato-bh2-1024")
+"""The resampling filters by name (rust/src/resample.rs `Filter`; birdjepa.data.audio.RESAMPLERS
+describes them)."""
+DEFAULT_RESAMPLER = "soxr-hq"
+"""What a new stream resamples with: soxr HQ's response (Hugging Face `datasets`, librosa)."""
+LEGACY_RESAMPLER = "rubato-bh2-1024"
+"""What a stream resamples with whose state or config names no filter: every one saved before
+the `resampler` setting existed used it."""
+
 RUN_ARGS = {"mode": "train", "batch_size": None, "seed": 0, "process_index": 0,
             "process_count": 1, "n_classes": 0, "transform": "audio", "debug_delay_s": 0.0}
 """The Loader's own arguments (not settings) and their defaults (batch_size is required). With
@@ -38,6 +47,14 @@ def _added(default):
     the fingerprint only when it differs from `default`, so that states saved before it existed
     (which used the default) still resume."""
     return dataclasses.field(default=default, metadata={"omit_at_default": True})
+
+
+def _resampler():
+    """The `resampler` setting: None (unset) is resolved when a stream opens (the default for a
+    new stream, a state's own for a resumed one); in `Loader.config` and the fingerprint unless
+    it is the legacy filter, which states saved before the setting existed used without naming
+    it."""
+    return dataclasses.field(default=None, metadata={"legacy": LEGACY_RESAMPLER})
 
 
 def _local(default):
@@ -116,6 +133,14 @@ class LoaderConfig:
     """Clip (view) duration in seconds."""
     sample_rate: int = 32000
     """Sample rate the audio is resampled to."""
+    resampler: str | None = _resampler()
+    """Filter that resamples recordings not at sample_rate: "soxr-hq" (soxr's HQ quality, what
+    Hugging Face `datasets` and librosa >= 0.10 resample with, hence BirdSet's and Bird-MAE's
+    pipelines; our log-mel matches theirs to < 1e-3 relative L2) or "rubato-bh2-1024" (the
+    filter before issue 36: 2-6e-2 relative L2 from soxr HQ's log-mel, above ~14 kHz). None
+    (unset): "soxr-hq" for a new stream; a stream resumed from a state keeps the state's filter
+    (a state saved before this setting existed: "rubato-bh2-1024"), so old runs resume on the
+    same stream. A training run resolves it the same way from its checkpoint's config."""
     view_window_s: float = _added(0.0)
     """0: every view is its own random crop of the recording, one decode each. Otherwise one
     window of this many seconds (in [clip_s, 3600]) per sample is decoded, resampled and
@@ -214,8 +239,9 @@ class LoaderConfig:
             raise bad_argument("clip_s", "seconds > 0", self.clip_s)
         self._check_window()
         for name, allowed in (("crop", ("random", "events")), ("segment", ("centre", "columns")),
-                              ("pad", ("zero", "min"))):
+                              ("pad", ("zero", "min")), ("resampler", (None, *RESAMPLERS))):
             if getattr(self, name) not in allowed:
+                allowed = tuple(a for a in allowed if a is not None)
                 raise bad_argument(name, f"one of {', '.join(allowed)}",
                                    json.dumps(getattr(self, name)))
         if not self.max_audio_mb > 0.0:
@@ -257,6 +283,16 @@ class LoaderConfig:
             return int(self.local_frames)
         return min(kaldi_frames(self.local_s), self.n_frames)
 
+    def resolved_resampler(self, state: dict | None = None) -> str:
+        """`resampler`, or when unset: a saved loader state's (`state`, from `state_dict()`:
+        one that names none is LEGACY_RESAMPLER's), or for a new stream DEFAULT_RESAMPLER."""
+        if self.resampler is not None:
+            return self.resampler
+        if state is None:
+            return DEFAULT_RESAMPLER
+        saved = state.get("config") if isinstance(state, dict) else None
+        return (saved.get("resampler") if isinstance(saved, dict) else None) or LEGACY_RESAMPLER
+
     def for_eval(self) -> "LoaderConfig":
         """These settings for an evaluation pass: one centre view per row, no window, no local
         crops (the crop's transform is the training one)."""
@@ -277,6 +313,10 @@ class LoaderConfig:
                 continue
             if f.metadata.get("only_with_local") and self.n_local == 0:
                 continue
+            if "legacy" in f.metadata:
+                v = self.resolved_resampler()
+                if v == f.metadata["legacy"]:
+                    continue
             out[f.name] = self.local_frames_or_derived() if f.name == "local_frames" else v
         return out
 
@@ -290,5 +330,6 @@ def rust_json(cfg: LoaderConfig, run: dict) -> str:
     arguments."""
     d = cfg.settings() | run
     d["n_workers"] = resolve_workers(d["n_workers"])
+    d["resampler"] = cfg.resolved_resampler()
     d["local_frames"] = cfg.local_frames_or_derived() if cfg.n_local else 0
     return json.dumps(d)

@@ -141,10 +141,13 @@ class _OpenedShards:
     _TEST_TRANSFORMS: tuple[str, ...] = ()
 
     def _open_checked(self, shards, split, config, settings, *, mode, transform, batch_size,
-                      seed, process_index, process_count, n_classes, debug_delay_s) -> None:
+                      seed, process_index, process_count, n_classes, debug_delay_s,
+                      state=None) -> None:
         """Check the settings and run arguments, open and check the shards, and derive the
-        stream's config, fingerprint and the JSON the Rust core runs with."""
-        cfg = self.cfg = _make_config(config, settings).check()
+        stream's config, fingerprint and the JSON the Rust core runs with. An unset
+        `resampler` is resolved here: `state`'s (the stream it resumes), else the default."""
+        cfg = _make_config(config, settings).check()
+        cfg = self.cfg = dataclasses.replace(cfg, resampler=cfg.resolved_resampler(state))
         self._check_run_args(mode, transform, batch_size, seed, n_classes)
         self.mode, self.batch_size, self.seed = mode, int(batch_size), int(seed)
         self.process_index, self.process_count = int(process_index), int(process_count)
@@ -262,7 +265,7 @@ class Loader(_OpenedShards):
         self._open_checked(shards, split, config, settings, mode=mode, transform=transform,
                            batch_size=batch_size, seed=seed, process_index=process_index,
                            process_count=process_count, n_classes=n_classes,
-                           debug_delay_s=debug_delay_s)
+                           debug_delay_s=debug_delay_s, state=state)
         start = 0 if state is None else self._check_state(state)
         self._by_kind: dict[str, int] = {}
         self._failures_seen = 0

@@ -42,6 +42,7 @@ import pyarrow as pa
 
 import birdjepa._rs
 import birdjepa.data.audio
+import birdjepa.data.config as data_config
 import birdjepa.data.ipc
 import birdjepa.data.paths as data_paths
 import birdjepa.runtime.cli_args as cli_args
@@ -282,6 +283,18 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
     return end - start
 
 
+def _resampler(dst: str, resampler: str | None) -> str:
+    """The filter of a pack into `dst`: `resampler`, or when unset the one of the pack being
+    resumed there (a plan that names none: LEGACY_RESAMPLER), else the default."""
+    if resampler is not None:
+        return resampler
+    path = os.path.join(dst, PLAN)
+    if not os.path.exists(path):
+        return data_config.DEFAULT_RESAMPLER
+    with open(path) as f:
+        return json.load(f).get("resampler", data_config.LEGACY_RESAMPLER)
+
+
 def _check_plan(dst: str, want: dict) -> None:
     path = os.path.join(dst, PLAN)
     if not os.path.exists(path):
@@ -384,10 +397,13 @@ def _finish(dst: str, names: list[str], schema: pa.Schema, n_rows: int) -> None:
 def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 4,
          audio_column: str = "audio", audio_root: str = "", path_map: dict | None = None,
          progress: bool = True, max_audio_mb: float = data_paths.MAX_AUDIO_MB,
-         codec: str = "copy", sample_rate: int | None = None) -> dict:
+         codec: str = "copy", sample_rate: int | None = None,
+         resampler: str | None = None) -> dict:
     """Pack the Arrow `files` (`birdjepa.data.resolve_shards(...)`) into `dst`, the audio as it
     is (`codec` "copy") or re-encoded as "wav" or "flac" (16-bit) at `sample_rate` (None: each
-    recording's own); returns {"dst", "shards", "n_rows", "bytes", "seconds", "skipped" (shards
+    recording's own) with the filter `resampler` (None: a pack being resumed keeps its own, a
+    plan saved before the setting existed meaning birdjepa.data.config.LEGACY_RESAMPLER; a new
+    pack the default); returns {"dst", "shards", "n_rows", "bytes", "seconds", "skipped" (shards
     already done), "kept" ((where, error) of recordings that could not be re-encoded)}."""
     t0 = time.perf_counter()
     if codec not in ("copy", *birdjepa.data.audio.ENCODINGS) or (sample_rate is not None and (
@@ -396,6 +412,10 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
             f"bad argument codec, sample_rate: expected copy (no rate: the bytes are kept as "
             f"they are) or wav/flac with no rate or one in [1000, 384000] Hz, got {codec!r}, "
             f"{sample_rate}")
+    if resampler is not None and resampler not in data_config.RESAMPLERS:
+        raise birdjepa._rs.BadArgumentError(
+            f"bad argument resampler: expected one of {', '.join(data_config.RESAMPLERS)}, got "
+            f"{resampler!r}")
     recode = None if codec == "copy" else birdjepa.data.audio.Recoder(codec, sample_rate)
     src = Source(files, audio_column, audio_root, path_map)
     src.check(max_audio_mb)
@@ -411,6 +431,10 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     fd = _lock(dst)
     try:
         _check_dst(files, dst, names)  # again, now that no other pack writes here
+        if recode is not None and sample_rate is not None:
+            recode.resampler = _resampler(dst, resampler)
+            if recode.resampler != data_config.LEGACY_RESAMPLER:  # old plans: the legacy one
+                want["resampler"] = recode.resampler
         _check_plan(dst, want)
         with open(os.path.join(dst, PLAN), "w") as f:
             json.dump(want, f)
@@ -479,6 +503,9 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
                    help="copy the audio bytes, or re-encode each recording as 16-bit mono")
     p.add_argument("--sample_rate", type=cli_args.converter(int), default=None, help="with "
                    "--codec wav/flac: resample each recording to this rate (the model's) once")
+    p.add_argument("--resampler", default=None, choices=list(data_config.RESAMPLERS),
+                   help="with --sample_rate: the filter (default: a resumed pack's own, else "
+                   f"{data_config.DEFAULT_RESAMPLER}, soxr HQ's response)")
     return p
 
 
@@ -488,7 +515,7 @@ def run(a, resolve) -> int:
         s = pack(resolve(a.src, a.split), a.out_dir, shard_mb=a.shard_mb, workers=a.workers,
                  audio_column=a.audio_column, audio_root=a.audio_root,
                  path_map=a.path_map or {}, max_audio_mb=a.max_audio_mb, codec=a.codec,
-                 sample_rate=a.sample_rate)
+                 sample_rate=a.sample_rate, resampler=a.resampler)
     except (birdjepa._rs.Error, OSError) as e:
         return cli_args.fail(e)
     if s["kept"]:

@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+import birdjepa.data.config
 import birdjepa.data.table as table
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.external as external
@@ -60,7 +61,9 @@ def cache_key(enc, source, w: embed.Windows, pool: str, audio_column: str,
     blob = json.dumps({
         "version": CACHE_VERSION, "encoder": enc.digest, "model": repr(enc.model.cfg),
         "windows": {k: v for k, v in dataclasses.asdict(w).items()  # keys of old caches kept
-                    if (k, v) != ("pad", "zero")}, "pool": pool, "audio_column": audio_column,
+                    if (k, v) not in (("pad", "zero"),
+                                      ("resampler", birdjepa.data.config.LEGACY_RESAMPLER))},
+        "pool": pool, "audio_column": audio_column,
         "data": data_fp, **({"files": files} if files else {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -29,6 +29,7 @@ import numpy as np
 import birdjepa.config
 import birdjepa.config.architecture
 import birdjepa.data.audio
+import birdjepa.data.config
 import birdjepa.data.table
 import birdjepa.model
 import birdjepa.models.bird_mae as bird_mae
@@ -45,14 +46,16 @@ import birdjepa.runtime.rundir
 FORMAT = "birdjepa-encoder"
 VERSION = 1
 INPUT_KEYS = ("sample_rate", "n_mels", "n_frames", "window_s", "mean", "std", "pad", "window",
-              "fbank")
+              "fbank", "resampler")
 """An encoder's input settings, as `Model.audio` and an export's config.json "audio" hold them:
-the rate audio is resampled to, the Kaldi fbank (`fbank`: its options, n_mels aside), the clip
+the rate audio is resampled to and the filter that resamples it (`resampler`: a name of
+birdjepa.data.audio.RESAMPLERS, the run's data.resampler), the Kaldi fbank (`fbank`: its options, n_mels aside), the clip
 seconds and frames, the padding of a clip shorter than n_frames (birdjepa.data.LoaderConfig.pad),
 the normalisation (x - mean) / (2 * std), and `window`: where a recording's clip is taken from
 ("start": its first window_s seconds, as Bird-MAE's extractor; "centre": the loader's eval crop,
 our runs, whose training crops were random)."""
-LEGACY_INPUT = {"pad": "zero", "window": "centre"}
+LEGACY_INPUT = {"pad": "zero", "window": "centre",
+                "resampler": birdjepa.data.config.LEGACY_RESAMPLER}
 """What an export written before these keys were recorded used (so it reproduces exactly)."""
 
 
@@ -66,6 +69,9 @@ def input_settings(audio: dict, what: str) -> dict:
                          f"{birdjepa.data.audio.FBANK_DEFAULTS}, got {a['fbank']}")
     if a["pad"] not in ("zero", "min"):
         raise ValueError(f"{what}: pad: expected 'zero' or 'min', got {a['pad']!r}")
+    if a["resampler"] not in birdjepa.data.config.RESAMPLERS:
+        raise ValueError(f"{what}: resampler: expected one of "
+                         f"{', '.join(birdjepa.data.config.RESAMPLERS)}, got {a['resampler']!r}")
     missing = [k for k in INPUT_KEYS if k not in a]
     if missing:
         raise ValueError(f"{what}: expected input settings {list(INPUT_KEYS)}, missing {missing}")
@@ -79,7 +85,7 @@ class Model:
     encoder: birdjepa.model.ViT
     audio: dict
     """The input the encoder expects (INPUT_KEYS): sample_rate, n_mels, n_frames, window_s,
-    mean, std, pad, window, fbank."""
+    mean, std, pad, window, fbank, resampler."""
     classes: list[str] | None = None
     """Class names of the head's outputs (index order)."""
     head: typing.Any = None
@@ -103,9 +109,11 @@ def _class_names(cfg: birdjepa.config.Config) -> list[str]:
 
 
 def load_config(run_dir: str | os.PathLike) -> birdjepa.config.Config:
-    """The finalized config a run saved in its run directory (config.toml)."""
-    return birdjepa.config.finalize(birdjepa.config.load(
-        birdjepa.runtime.rundir.config_file(run_dir)))
+    """The finalized config a run saved in its run directory (config.toml); a config saved
+    before data.resampler existed gets the filter that run used (birdjepa.config.LEGACY)."""
+    saved = birdjepa.config.load_dict(birdjepa.runtime.rundir.config_file(run_dir))
+    cfg = birdjepa.config.finalize(birdjepa.config.from_dict(birdjepa.config.Config, saved))
+    return birdjepa.config.with_resampler(cfg, saved)
 
 
 def restore_state(run_dir: str | os.PathLike, *, step: int | None = None):
@@ -124,7 +132,8 @@ def restore_state(run_dir: str | os.PathLike, *, step: int | None = None):
 def run_input(d, what: str) -> dict:
     """The input settings of a run trained on loader settings `d` (its config's data)."""
     return input_settings(dict(sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames,
-                               window_s=d.clip_s, mean=d.mean, std=d.std, pad=d.pad), what)
+                               window_s=d.clip_s, mean=d.mean, std=d.std, pad=d.pad,
+                               resampler=d.resolved_resampler()), what)
 
 
 def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:

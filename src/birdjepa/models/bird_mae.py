@@ -48,10 +48,11 @@ PRESETS = {"bird-mae-base": "bird-mae-base", "bird-mae-large": "bird-mae-large",
 SKIPPED = ("decoder_", "decoder.", "mask_token", "head.")
 """Published keys that are not the encoder's (a pre-training checkpoint's decoder, a classifier)."""
 AUDIO = {"sample_rate": 32000, "n_mels": 128, "n_frames": 512, "window_s": 5.0,
-         "mean": -7.2, "std": 4.43, "pad": "min", "window": "start"}
+         "mean": -7.2, "std": 4.43, "pad": "min", "window": "start", "resampler": "soxr-hq"}
 """Bird-MAE's feature extractor (preprocessor_config.json): the first 5 s of a 32 kHz waveform,
 zero-padded to 160,000 samples; Kaldi fbank, 128 mels (498 frames); padded to 512 frames with the
-clip's minimum fbank value before normalising (pad="min"); (x + 7.2) / (2 * 4.43)."""
+clip's minimum fbank value before normalising (pad="min"); (x + 7.2) / (2 * 4.43). Audio at
+other rates is resampled as its training data was (Hugging Face `datasets`: soxr HQ)."""
 PREFIXES = ("model.", "encoder.")
 """Leading key prefixes dropped (in this order) when every key has them: "model." (Hugging
 Face), "encoder." (Bird-SSL's Lightning checkpoints, once converted to safetensors)."""

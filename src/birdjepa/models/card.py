@@ -34,6 +34,22 @@ def _eval_lines(summary: dict | None, run_dir, step, held_out: bool = True,
             "No training-split figures were recorded."]
 
 
+def resampler_words(a: dict) -> str:
+    """How to resample as the encoder's input was resampled (its `resampler`), in words a user
+    of another framework can follow: the call that matches it, and what birdjepa names it."""
+    sr = a["sample_rate"]
+    if a.get("resampler") == "soxr-hq":
+        return (f"with soxr HQ (libsoxr's 'HQ' quality, as Hugging Face `datasets` and librosa "
+                f">= 0.10 resample: `soxr.resample(x, sr, {sr}, quality=\"HQ\")`; birdjepa "
+                "computes that response itself, `resampler = \"soxr-hq\"`, to < 1e-3 relative "
+                "L2 of its log-mel)")
+    return ("with the filter birdjepa resampled with before issue 36 (`resampler = "
+            "\"rubato-bh2-1024\"`: rubato's FFT resampler, a Blackman-Harris^2 windowed sinc of "
+            "about 1024 taps; `birdjepa.audio.resample(x, sr, "
+            f"{sr}, resampler=\"rubato-bh2-1024\")`. soxr HQ's log-mel is 2-6e-2 relative L2 "
+            "away from it, above 14 kHz)")
+
+
 def input_words(a: dict) -> str:
     """The encoder's input (birdjepa.models.artifact.INPUT_KEYS) in words a user of another
     framework can follow."""
@@ -42,7 +58,8 @@ def input_words(a: dict) -> str:
     where = {"start": "the first", "centre": "the centre"}.get(a.get("window"), "a")
     pad = ("the clip's minimum log-mel value, before normalising" if a.get("pad") == "min"
            else "0.0 after normalising")
-    return (f"mono audio resampled to {a['sample_rate']} Hz; {where} {a['window_s']} s of a "
+    return (f"mono audio resampled to {a['sample_rate']} Hz {resampler_words(a)}; {where} "
+            f"{a['window_s']} s of a "
             f"recording, zero-padded to {a['window_s']} s when shorter; a Kaldi log-mel fbank "
             f"with {a['n_mels']} mel bins ({fb}); cut or padded to {a['n_frames']} frames, the "
             f"padding being {pad}; normalised as (x - ({a['mean']})) / (2 * {a['std']}). "
@@ -127,7 +144,8 @@ def onnx_lines(meta: dict) -> list[str]:
         "",
         "### The input, without birdjepa",
         "",
-        f"1. Decode, average the channels to mono, resample to {a['sample_rate']} Hz.",
+        f"1. Decode, average the channels to mono, resample to {a['sample_rate']} Hz "
+        f"{resampler_words(a)}.",
         f"2. Cut windows of {a['window_s']} s ({round(a['window_s'] * a['sample_rate'])} "
         "samples); a window that runs past the end of the recording is zero-padded (samples).",
         "3. Kaldi log-mel fbank of each window (kaldi-native-fbank or "

@@ -30,6 +30,7 @@ import pyarrow as pa
 import birdjepa
 import birdjepa.data
 import birdjepa.data.audio
+import birdjepa.data.config
 import birdjepa.data.paths
 import birdjepa.data.table as table
 import birdjepa.model
@@ -73,6 +74,9 @@ class Windows:
     there; shards only)."""
     segment_columns: tuple[str, str] = ("start_time", "end_time")
     """Segment start and end columns, seconds (segment = "columns")."""
+    resampler: str = birdjepa.data.config.DEFAULT_RESAMPLER
+    """Filter that resamples audio not at sample_rate (birdjepa.data.audio.RESAMPLERS): the
+    model's (the one its training data was resampled with)."""
 
     def starts(self, n_samples: int, sr: int) -> list[float]:
         """Start times (s) of the windows of a recording of `n_samples` at `sr` Hz."""
@@ -106,7 +110,7 @@ class Windows:
         window_s = audio["window_s"] if window_s is None else window_s
         return cls(window_s=window_s, sample_rate=audio["sample_rate"],
                    n_frames=audio["n_frames"], n_mels=audio["n_mels"], mean=audio["mean"],
-                   std=audio["std"], pad=audio["pad"], **kw)
+                   std=audio["std"], pad=audio["pad"], resampler=audio["resampler"], **kw)
 
 
 def input_of(model) -> dict:
@@ -120,7 +124,7 @@ def input_of(model) -> dict:
     d = birdjepa.data.LoaderConfig()
     return birdjepa.models.artifact.input_settings(dict(
         sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames, window_s=d.clip_s,
-        mean=d.mean, std=d.std, pad=d.pad), "model")
+        mean=d.mean, std=d.std, pad=d.pad, resampler=d.resolved_resampler()), "model")
 
 
 def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, int, int]:
@@ -219,7 +223,8 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
         raise birdjepa.EmptyAudioError("no audio (neither bytes nor a path)")
     if isinstance(item, tuple):
         wave, sr = item
-        x = birdjepa.data.audio.resample(wave, sr, w.sample_rate) if sr != w.sample_rate else wave
+        x = (birdjepa.data.audio.resample(wave, sr, w.sample_rate, resampler=w.resampler)
+             if sr != w.sample_rate else wave)
         win = int(round(w.window_s * w.sample_rate))
 
         def cut(s):
@@ -238,7 +243,8 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
 
     def clip(s):
         return w.normalise(birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
-                                                    sample_rate=w.sample_rate, n_mels=w.n_mels))
+                                                    sample_rate=w.sample_rate, n_mels=w.n_mels,
+                                                    resampler=w.resampler))
     return n / sr, w.starts(n, sr), clip
 
 
@@ -326,7 +332,7 @@ def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_w
         n_workers=max(1, n_workers), n_frames=w.n_frames, n_mels=w.n_mels, clip_s=w.window_s,
         sample_rate=w.sample_rate, mean=w.mean, std=w.std, pad=w.pad, audio_column=audio_column,
         label_column=None, segment=w.segment, segment_start_column=w.segment_columns[0],
-        segment_end_column=w.segment_columns[1], **files)
+        segment_end_column=w.segment_columns[1], resampler=w.resampler, **files)
     with birdjepa.data.Loader(source, config=cfg, mode="eval", batch_size=batch_size) as loader:
         for b in loader:
             ok = b["valid"]

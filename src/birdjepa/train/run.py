@@ -128,13 +128,13 @@ def _check_complete(cfg: birdjepa.config.Config, run_dir: pathlib.Path) -> None:
     with open(path, "rb") as f:
         saved = tomllib.load(f)
     birdjepa.config.check_same(
-        saved, cfg, ignore=birdjepa.config.NOT_SHAPING,
+        saved, birdjepa.config.with_resampler(cfg, saved), ignore=birdjepa.config.NOT_SHAPING,
         what=f"{run_dir} holds a finished run with a different config; use --resume=never to "
              "train again from scratch, or another --run_dir")
 
 
 def _open_locked(cfg, run_dir: pathlib.Path, is_main: bool, mesh, loaders, lock) -> Run:
-    ckpt, resume_step = _open_checkpoints(cfg, run_dir)
+    ckpt, resume_step, cfg = _open_checkpoints(cfg, run_dir)
     try:
         return _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step)
     except BaseException:
@@ -191,15 +191,18 @@ def lr_cap(cfg: birdjepa.config.Config, saved_meta: dict, step: int, is_main: bo
 
 
 def _open_checkpoints(cfg, run_dir: pathlib.Path):
-    """(Checkpointer, the step to resume from or None), applying cfg.resume."""
+    """(Checkpointer, the step to resume from or None, `cfg` with its resampler resolved:
+    birdjepa.config.with_resampler, from the checkpoint's config when resuming), applying
+    cfg.resume."""
     ckpt_dir = birdjepa.runtime.rundir.checkpoints_dir(run_dir)
     ckpt = birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every, keep=cfg.ckpt_keep)
+    fresh = birdjepa.config.with_resampler(cfg, None)
     if cfg.resume != "never":
         latest = _latest_or_refuse(ckpt, ckpt_dir)
         if latest is None:
-            return ckpt, None
+            return ckpt, None, fresh
     elif not ckpt.all_steps() and not _set_aside_steps(ckpt_dir):
-        return ckpt, None
+        return ckpt, None, fresh
     if cfg.resume == "never":
         ckpt.close()
         if jax.process_index() == 0:
@@ -211,13 +214,15 @@ def _open_checkpoints(cfg, run_dir: pathlib.Path):
             print(f"resume=never: moved existing checkpoints to {aside}", flush=True)
         birdjepa.runtime.distributed.barrier("resume-never")
         return birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every,
-                                                keep=cfg.ckpt_keep), None
+                                                keep=cfg.ckpt_keep), None, fresh
     try:
-        _check_resume(cfg, ckpt.read_meta().get("config", {}), ckpt_dir, latest)
+        saved = ckpt.read_meta().get("config", {})
+        cfg = birdjepa.config.with_resampler(cfg, saved)
+        _check_resume(cfg, saved, ckpt_dir, latest)
     except BaseException:
         ckpt.close()
         raise
-    return ckpt, latest
+    return ckpt, latest, cfg
 
 
 RESTART_HINT = "; use --resume=never to train from step 0 (they stay aside), or another --run_dir"
