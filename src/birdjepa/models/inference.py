@@ -186,6 +186,9 @@ class Failures:
 
     def __init__(self, what: str = "embed"):
         self.what, self.by_kind, self.n_items = what, {}, 0
+        self.damaged: dict[str, str] = {}
+        """Recordings whose data stops early, by name: what was read and why it stopped
+        (their windows up to the damage are kept; those after it are dropped)."""
 
     def add(self, name: str, e: BaseException) -> None:
         msg = " ".join(str(e).split())
@@ -203,7 +206,13 @@ class Failures:
                 f"to decode ({kinds}): " + "; ".join(names) + more)
 
     def report(self) -> None:
-        """Nothing, one warning, or (every recording failed) an error."""
+        """Nothing, one warning, or (every recording failed) an error; and one warning naming
+        the damaged recordings (where their data stops, and why)."""
+        if self.damaged:
+            (name, why), n = next(iter(self.damaged.items())), len(self.damaged)
+            warnings.warn(f"{self.what}: {n} recording(s) damaged, their windows up to the damage "
+                          f"kept, those after it dropped: {name}: {why}"
+                          + (f" (+{n - 1} more)" if n > 1 else ""), RuntimeWarning, stacklevel=4)
         if not self:
             return
         if len(self) == self.n_items:
@@ -213,8 +222,10 @@ class Failures:
 
 
 def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB):
-    """(duration_s, window starts, window(start) -> normalised features) of one recording (a
-    path: a regular file of at most `max_audio_mb` MB, birdjepa.data.paths.read_file)."""
+    """(duration_s, window starts, window(start) -> (normalised features, None or where the
+    data stops early), None or why the data stops early) of one recording (a path: a regular
+    file of at most `max_audio_mb` MB, birdjepa.data.paths.read_file). A recording without a
+    length in its header is decoded to count: its length is what the data holds."""
     if item is None:
         raise birdjepa.EmptyAudioError("no audio (neither bytes nor a path)")
     if isinstance(item, tuple):
@@ -227,19 +238,23 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
             piece = np.zeros(win, np.float32)
             piece[: len(x[a : a + win])] = x[a : a + win]
             return w.normalise(birdjepa.data.audio.fbank(piece, sample_rate=w.sample_rate,
-                                                         n_mels=w.n_mels))
-        return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut
+                                                         n_mels=w.n_mels)), None
+        return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut, None
     data = (birdjepa.data.paths.read_file(item, max_audio_mb) if isinstance(item, str | os.PathLike)
             else birdjepa.data.audio._bytes(item))
     info = birdjepa.data.audio.info(data)
     n, sr = info["n_frames"], info["sample_rate"]
-    if n is None:  # no length in the header: decode to count
-        n = len(birdjepa.data.audio.decode(data)[0])
+    damage = None
+    if n is None:  # no length in the header: decode to count (what the data holds)
+        wave, _sr, _seeked, damage = birdjepa._rs.decode(data)
+        n, damage = len(wave), damage and damage["message"]
 
-    def clip(s):
-        return w.normalise(birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
-                                                    sample_rate=w.sample_rate, n_mels=w.n_mels))
-    return n / sr, w.starts(n, sr), clip
+    def clip(s):  # (features, None or where the data stops early)
+        feats, damage = birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
+                                                 sample_rate=w.sample_rate, n_mels=w.n_mels,
+                                                 with_damage=True)
+        return w.normalise(feats), damage
+    return n / sr, w.starts(n, sr), clip, damage
 
 
 def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None,
@@ -249,10 +264,12 @@ def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None,
     for row, name, item in items:
         failures.n_items += 1
         try:
-            dur, starts, fn = _plan(item, w, max_audio_mb)
+            dur, starts, fn, damage = _plan(item, w, max_audio_mb)
         except SKIPPED as e:
             failures.add(name, e)
             continue
+        if damage is not None:
+            failures.damaged[name] = damage
         if durations is not None:
             durations[row] = dur
         for s in starts:
@@ -263,7 +280,10 @@ def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures:
                    durations: dict | None, max_audio_mb: float):
     """Windows transformed in `n_workers` threads, at most ~2 batches ahead of the consumer
     (memory flat in the number and length of recordings), regrouped into full batches (only the
-    last is short). A window that fails drops the rest of its recording (named in failures)."""
+    last is short). A window that fails drops the rest of its recording (named in failures),
+    unless the recording's data stops early (a truncated file): then the windows up to the damage
+    are kept (the last one padded: `durations` becomes where the data ends), the ones after it
+    dropped, and the recording is named in `failures.damaged`."""
     tasks = _window_tasks(items, w, failures, durations, max_audio_mb)
     ahead = max(2 * batch_size, 4 * n_workers)
     queue, failed = collections.deque(), set()
@@ -283,11 +303,19 @@ def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures:
             if row in failed:
                 continue
             try:
-                x = fut.result()
+                x, damage = fut.result()
             except SKIPPED as e:
                 failed.add(row)
-                failures.add(name if s == 0 else f"{name} at {s:g} s", e)
+                if s > 0 and isinstance(e, birdjepa.EmptyAudioError) and "after the data ends" \
+                        in str(e):  # past the damage: the windows before it stand
+                    failures.damaged.setdefault(name, str(e).split("after ", 1)[1])
+                else:
+                    failures.add(name if s == 0 else f"{name} at {s:g} s", e)
                 continue
+            if damage is not None:  # this window reaches the damage: the recording ends there
+                failures.damaged.setdefault(name, damage["message"])
+                if durations is not None:
+                    durations[row] = min(durations.get(row, np.inf), damage["end_s"])
             xs.append(x)
             rows.append(row)
             starts.append(s)
