@@ -1,7 +1,8 @@
 """Issue 36 item 4: a combined Raven table over several recordings places its selections on the
 file sequence Raven opens (cumulative times in path order, `File Offset (s)` within each file,
 `Begin Path` per selection, the `.list.txt` file list beside it, as BirdNET-Analyzer writes),
-and its selections are the per-recording tables' once each file's offset is taken off."""
+its selections are the per-recording tables' once each file's offset is taken off, and
+`sources from_annotations` reads either layout back as the detections in their files."""
 
 import os
 
@@ -10,8 +11,10 @@ import pyarrow as pa
 import soundfile
 from test_models_cli import run_dir  # noqa: F401 (shared module fixture)
 
+import birdjepa.data.table as table
 import birdjepa.models.detect
 import birdjepa.models.raven as raven
+import birdjepa.sources
 
 SR = 32000
 SECONDS = (1.3, 2.6, 1.85)  # none a whole number of 1 s windows: every last window is padded
@@ -67,14 +70,27 @@ def test_combined_table_is_on_the_file_sequence(run_dir, tmp_path):  # noqa: F81
     per = []
     for f in order:
         name = os.path.basename(f).rsplit(".", 1)[0]
-        table = read_table(tmp_path / "tables" / f"{name}.selections.txt")
-        assert "Begin Path" not in table[0]
+        sel = read_table(tmp_path / "tables" / f"{name}.selections.txt")
+        assert "Begin Path" not in sel[0]
         per += [(name, round(float(r["Begin Time (s)"]), 4), round(float(r["End Time (s)"]), 4),
-                 r["Species"], r["Confidence"], r["Padded (s)"]) for r in table]
-        last = max(table, key=lambda r: float(r["Begin Time (s)"]))
+                 r["Species"], r["Confidence"], r["Padded (s)"]) for r in sel]
+        last = max(sel, key=lambda r: float(r["Begin Time (s)"]))
         assert float(last["Padded (s)"]) > 0.0  # the last window runs past the end, and says so
         assert abs(float(last["End Time (s)"]) - dur[f]) < 1e-5
     assert sorted(combined) == sorted(per) and len(per) == len(rows)
+    # Read back by from_annotations, both layouts give the detections as events in their files.
+    want = sorted((os.path.join(str(audio), f"{n}.{'flac' if n == 'a' else 'wav'}"), a, b, c)
+                  for n, a, b, c, *_ in per)
+    for name, src in [("c", [str(tmp_path / "all.txt")]),
+                      ("p", [str(tmp_path / "tables"), "--audio_dir", str(audio)])]:
+        assert birdjepa.sources.main(["from_annotations", *src, "--out_dir",
+                                      str(tmp_path / name)]) == 0
+        t = table.read(tmp_path / name, ["filepath", "start_time", "end_time",
+                                         "ebird_code_multilabel"])
+        names = table.class_names(tmp_path / name, "ebird_code_multilabel")
+        got = [(f, round(a, 4), round(b, 4), names[y[0]]) for f, a, b, y in zip(
+            *(t.column(c).to_pylist() for c in t.column_names), strict=True)]
+        assert sorted(got) == want
 
 
 def test_a_recording_without_detections_keeps_its_place(tmp_path):
@@ -83,9 +99,9 @@ def test_a_recording_without_detections_keeps_its_place(tmp_path):
            "end_s": pa.array([1.5, 2.0]), "class": pa.array(["amerob", "norcar"]),
            "confidence": pa.array([0.9, 0.8]), "class_index": pa.array([0, 1]),
            "padded_s": pa.array([0.0, 0.25])}
-    table, listed = raven.write_combined(det, tmp_path / "t.txt", 32000,
+    path, listed = raven.write_combined(det, tmp_path / "t.txt", 32000,
                                          {"/x/c.wav": 2.25, "/x/b.wav": 7.0, "/x/a.wav": 3.0})
     assert listed.read_text().splitlines() == ["/x/a.wav", "/x/b.wav", "/x/c.wav"]
-    rows = read_table(table)
+    rows = read_table(path)
     assert [(r["Begin Time (s)"], r["End Time (s)"], r["File Offset (s)"], r["Padded (s)"])
             for r in rows] == [("0.5", "1.5", "0.5", "0"), ("11", "12", "1", "0.25")]
