@@ -19,7 +19,6 @@ import os
 import pathlib
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 
 import equinox as eqx
@@ -36,12 +35,10 @@ import birdjepa.model
 import birdjepa.models
 import birdjepa.models.artifact
 import birdjepa.models.bird_mae
+import birdjepa.models.failures
 import birdjepa.runtime.rundir
 
 POOLS = ("cls", "mean", "patches")
-SKIPPED = (birdjepa.AudioError, birdjepa.DatasetError, OSError)
-"""What makes a recording a counted skip: undecodable audio, a path-only file that is missing
-(OSError) or not a regular file within max_audio_mb (DatasetError)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,47 +177,6 @@ def _items(source, audio_column: str, channels_first: bool = False, *, audio_roo
                 row += 1
 
 
-class Failures:
-    """Recordings that could not be embedded, by kind (the exception's type), each named by
-    file or row; `summary` counts them and names the first few."""
-
-    def __init__(self, what: str = "embed"):
-        self.what, self.by_kind, self.n_items = what, {}, 0
-        self.damaged: dict[str, str] = {}
-        """Recordings whose data stops early, by name: what was read and why it stopped
-        (their windows up to the damage are kept; those after it are dropped)."""
-
-    def add(self, name: str, e: BaseException) -> None:
-        msg = " ".join(str(e).split())
-        kind = type(e).__name__
-        self.by_kind.setdefault(kind, []).append(f"{name}: {kind}: {msg}")
-
-    def __len__(self) -> int:
-        return sum(map(len, self.by_kind.values()))
-
-    def summary(self, first: int = 3) -> str:
-        kinds = ", ".join(f"{len(v)} {k}" for k, v in self.by_kind.items())
-        names = [n for v in self.by_kind.values() for n in v][:first]
-        more = f" (+{len(self) - first} more)" if len(self) > first else ""
-        return (f"{self.what}: skipped {len(self)} of {self.n_items} recording(s) that failed "
-                f"to decode ({kinds}): " + "; ".join(names) + more)
-
-    def report(self) -> None:
-        """Nothing, one warning, or (every recording failed) an error; and one warning naming
-        the damaged recordings (where their data stops, and why)."""
-        if self.damaged:
-            (name, why), n = next(iter(self.damaged.items())), len(self.damaged)
-            warnings.warn(f"{self.what}: {n} recording(s) damaged, their windows up to the damage "
-                          f"kept, those after it dropped: {name}: {why}"
-                          + (f" (+{n - 1} more)" if n > 1 else ""), RuntimeWarning, stacklevel=4)
-        if not self:
-            return
-        if len(self) == self.n_items:
-            raise birdjepa.CorruptAudioError(self.summary().replace(
-                "skipped", "every recording failed:", 1))
-        warnings.warn(self.summary(), RuntimeWarning, stacklevel=4)
-
-
 def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB):
     """(duration_s, window starts, window(start) -> (normalised features, None or where the
     data stops early), None or why the data stops early) of one recording (a path: a regular
@@ -257,7 +213,7 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
     return n / sr, w.starts(n, sr), clip, damage
 
 
-def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None,
+def _window_tasks(items, w: Windows, failures: birdjepa.models.failures.Failures, durations: dict | None,
                   max_audio_mb: float):
     """(row, name, start_s, features thunk) per window, recording after recording; a recording
     whose header cannot be read is a counted failure."""
@@ -265,7 +221,7 @@ def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None,
         failures.n_items += 1
         try:
             dur, starts, fn, damage = _plan(item, w, max_audio_mb)
-        except SKIPPED as e:
+        except birdjepa.models.failures.SKIPPED as e:
             failures.add(name, e)
             continue
         if damage is not None:
@@ -276,7 +232,7 @@ def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None,
             yield row, name, s, fn
 
 
-def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures: Failures,
+def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures: birdjepa.models.failures.Failures,
                    durations: dict | None, max_audio_mb: float):
     """Windows transformed in `n_workers` threads, at most ~2 batches ahead of the consumer
     (memory flat in the number and length of recordings), regrouped into full batches (only the
@@ -304,7 +260,7 @@ def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures:
                 continue
             try:
                 x, damage = fut.result()
-            except SKIPPED as e:
+            except birdjepa.models.failures.SKIPPED as e:
                 failed.add(row)
                 if s > 0 and isinstance(e, birdjepa.EmptyAudioError) and "after the data ends" \
                         in str(e):  # past the damage: the windows before it stand
@@ -364,7 +320,7 @@ def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_w
 
 def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "audio",
              n_workers: int = 2, engine: str = "auto", channels_first: bool = False,
-             durations: dict | None = None, failures: Failures | None = None,
+             durations: dict | None = None, failures: birdjepa.models.failures.Failures | None = None,
              audio_root: str = "", path_map: dict[str, str] | None = None,
              max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB
              ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -374,7 +330,7 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
     `n_workers` threads (the Rust code drops the GIL), about two batches of windows ahead of the
     consumer and regrouped so only the last batch is short; "auto" takes the loader where it
     applies (centre windows of a table source). "clip" fills `durations` (row -> seconds) when
-    given; with `failures` given the caller reports them (`Failures.report`), else a recording
+    given; with `failures` given the caller reports them (`birdjepa.models.failures.Failures.report`), else a recording
     that fails is a counted skip with one warning at the end (all failing: an error). Path-only
     rows of a table resolve with `audio_root` / `path_map` (birdjepa.data.paths.resolve, the
     loader's rule) and are read only if they are regular files within `max_audio_mb` MB."""
@@ -392,7 +348,7 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
         yield from _loader_features(source, w, batch_size, audio_column, n_workers, dict(
             audio_root=audio_root, path_map=path_map or None, max_audio_mb=max_audio_mb))
         return
-    fails = Failures() if failures is None else failures
+    fails = birdjepa.models.failures.Failures() if failures is None else failures
     items = _items(source, audio_column, channels_first, audio_root=audio_root,
                    path_map=path_map)
     yield from _clip_features(items, w, batch_size, n_workers, fails, durations, max_audio_mb)
