@@ -132,7 +132,7 @@ def test_cli_rejects_unknown_and_bad_keys(tmp_path, capsys):
     (tmp_path / "p.toml").write_text('encoders = ["x"]\n[probe]\nlr = "fast"\n')
     with pytest.raises(config.birdjepa.config.ConfigError, match="probe.lr"):
         config.load(str(tmp_path / "p.toml"))
-    (tmp_path / "k.toml").write_text('encoders = ["x"]\nprobes = ["svm"]\n')
+    (tmp_path / "k.toml").write_text('encoders = ["."]\nprobes = ["svm"]\n')
     assert birdjepa.evaluate.cli.main(["--cfg", str(tmp_path / "k.toml")]) == 2
     assert "'probes': expected values in" in capsys.readouterr().err
 
