@@ -59,6 +59,9 @@ def test_two_test_sets_every_row_on_disk_and_cached(corpus, tmp_path, embed_call
             assert 0 <= r["lo"] <= r["hi"] <= 1, r
         want = "bootstrap-segments" if r["k"] == "all" else "bootstrap-seeds+segments"
         assert r["interval"] == want
+    chance = {(r["test_set"], r["metric"]): r["chance"] for r in rows}  # one per metric
+    assert len(chance) == 2 * len(metrics.METRICS) and chance[("A", "auroc_present")] == 0.5
+    assert 0 < chance[("A", "cmap")] < 1 and 0 < chance[("B", "top1")] < 1
     md = (out / "results.md").read_text()
     assert "| encoder | probe | A | B | mean |" in md
     assert (out / "results.png").stat().st_size > 0
