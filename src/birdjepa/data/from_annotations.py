@@ -236,6 +236,22 @@ def _table(out: list[dict], names: list[str], s: Settings, out_dir: pathlib.Path
         {"huggingface": json.dumps({"info": {"features": feats}})})
 
 
+def write_state(directory: pathlib.Path, tbl: pa.Table, description: str) -> None:
+    """state.json (`_data_files`: the one shard SHARD) and dataset_info.json (the features of
+    `tbl`'s huggingface metadata) beside `directory / SHARD`, as `save_to_disk` writes them:
+    `datasets.load_from_disk` opens the directory."""
+    feats = json.loads(tbl.schema.metadata[b"huggingface"])["info"]["features"]
+    digest = hashlib.sha256((directory / SHARD).read_bytes()).hexdigest()[:16]
+    state = {"_data_files": [{"filename": SHARD}], "_format_columns": None,
+             "_fingerprint": digest,
+             "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+             "_split": None}
+    info = {"citation": "", "description": description, "features": feats, "homepage": "",
+            "license": ""}
+    (directory / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
+    (directory / "dataset_info.json").write_text(json.dumps(info, indent=2))
+
+
 def _save(tbl: pa.Table, out_dir: pathlib.Path, description: str) -> None:
     """`tbl` as a save_to_disk directory, written beside `out_dir` and renamed into place."""
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
@@ -244,16 +260,7 @@ def _save(tbl: pa.Table, out_dir: pathlib.Path, description: str) -> None:
     try:
         with pa.OSFile(str(tmp / SHARD), "wb") as f, pa.ipc.new_stream(f, tbl.schema) as w:
             w.write_table(tbl)
-        feats = json.loads(tbl.schema.metadata[b"huggingface"])["info"]["features"]
-        digest = hashlib.sha256((tmp / SHARD).read_bytes()).hexdigest()[:16]
-        state = {"_data_files": [{"filename": SHARD}], "_format_columns": None,
-                 "_fingerprint": digest,
-                 "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
-                 "_split": None}
-        info = {"citation": "", "description": description, "features": feats, "homepage": "",
-                "license": ""}
-        (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
-        (tmp / "dataset_info.json").write_text(json.dumps(info, indent=2))
+        write_state(tmp, tbl, description)
         if out_dir.is_dir():
             out_dir.rmdir()  # empty (checked before)
         os.rename(tmp, out_dir)
