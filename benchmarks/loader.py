@@ -439,7 +439,6 @@ def print_goals(res: dict, workers: list[int], peer: bool) -> None:
 def main(argv: list[str]) -> int:
     int_, float_ = cli_args.converter(int), cli_args.converter(float)
     p = cli_args.Parser("python -m benchmarks loader", __doc__)
-
     p.add_argument("--data", help="corpus directory: used if it holds *.arrow, else written there")
     p.add_argument("--rows", type=int_, default=48, help="recordings of a written corpus")
     p.add_argument("--seconds", type=float_, default=60.0,

@@ -58,7 +58,7 @@ def passband_bins(max_hz: float, n_mels: int = 128, sr: int = 32000) -> np.ndarr
 def test_clip_matches_reference_pipeline(kind, sr, channels):
     data = encode(birdsong(30, sr, channels), sr, kind)
     start = 12.34
-    feats, seeked = birdjepa._rs.clip(data, start_s=start, duration_s=5.0)
+    feats, seeked, _damage = birdjepa._rs.clip(data, start_s=start, duration_s=5.0)
     assert feats.shape == (498, 128) and feats.dtype == np.float32
     assert seeked
     # Reference: soundfile seek + read, channel mean, soxr VHQ, kaldi-native-fbank.

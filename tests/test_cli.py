@@ -20,7 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMANDS = [
     "birdjepa.train", "birdjepa.pretrain", "birdjepa.launch", "birdjepa.evaluate",
     "birdjepa.evaluate.report", "birdjepa.embed", "birdjepa.predict", "birdjepa.export",
-    "birdjepa.demo_data", "birdjepa.sources", "birdjepa.sources pack", "benchmarks",
+    "birdjepa.demo_data", "birdjepa.sources", "birdjepa.sources pack",
+    "birdjepa.sources from_annotations", "benchmarks",
     *(f"benchmarks {name}" for name in benchmarks.__main__.NAMES),
 ]
 """Every `python -m ...` a user runs (README), with its subcommands."""

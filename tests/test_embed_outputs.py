@@ -192,7 +192,7 @@ def test_raven_selection_tables_read_back(run_dir, corpus, tmp_path):  # noqa: F
     rows = _read_raven(tmp_path / "all.txt")
     assert list(rows[0]) == ["Selection", "View", "Channel", "Begin Time (s)", "End Time (s)",
                              "Low Freq (Hz)", "High Freq (Hz)", "Species", "Confidence",
-                             "Class Index", "Begin Path", "File Offset (s)"]
+                             "Class Index", "Padded (s)", "Begin Path", "File Offset (s)"]
     assert [int(r["Selection"]) for r in rows] == list(range(1, len(ref) + 1))
     assert {r["View"] for r in rows} == {"Spectrogram 1"} and {r["Channel"] for r in rows} == {"1"}
     assert {(float(r["Low Freq (Hz)"]), float(r["High Freq (Hz)"])) for r in rows} == {
@@ -201,10 +201,11 @@ def test_raven_selection_tables_read_back(run_dir, corpus, tmp_path):  # noqa: F
     want = {key(r): r for r in ref}
     for r in rows:
         assert os.path.isabs(r["Begin Path"]) and os.path.isfile(r["Begin Path"])
-        d = want[(r["Begin Path"], round(float(r["Begin Time (s)"]), 6), r["Species"])]
-        assert float(r["File Offset (s)"]) == float(r["Begin Time (s)"])
-        assert abs(float(r["End Time (s)"]) - d["end_s"]) < 1e-6
-        assert float(r["End Time (s)"]) <= d["duration_s"] + 1e-6  # within the recording
+        d = want[(r["Begin Path"], round(float(r["File Offset (s)"]), 6), r["Species"])]
+        at = float(r["Begin Time (s)"]) - float(r["File Offset (s)"])  # its sequence offset
+        assert abs(float(r["End Time (s)"]) - at - d["end_s"]) < 1e-5
+        assert float(r["End Time (s)"]) - at <= d["duration_s"] + 1e-5  # within the recording
+        assert abs(float(r["Padded (s)"]) - d["padded_s"]) < 1e-6
         assert abs(float(r["Confidence"]) - d["confidence"]) < 1e-6
     tables = sorted((tmp_path / "tables").iterdir())
     files = sorted(str(p) for p in (corpus / "files").rglob("rec*"))

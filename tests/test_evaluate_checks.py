@@ -118,7 +118,7 @@ def test_class_names_are_matched_by_name_not_position(splits):
 
 def test_several_test_sets_resolve_their_own_splits(splits):
     toml = splits / "e.toml"
-    toml.write_text(f'random = ["x"]\nshots = [1, 0]\ntrain_shards = "{splits / "train"}"\n'
+    toml.write_text(f'random = ["e.toml"]\nshots = [1, 0]\ntrain_shards = "{splits / "train"}"\n'
                     f'[[test_sets]]\nname = "HSN"\ntest_shards = "{splits / "test"}"\n'
                     f'[[test_sets]]\ntest_shards = "{splits / "test"}"\n'
                     f'train_shards = "{splits / "train"}"\n')
@@ -130,3 +130,57 @@ def test_several_test_sets_resolve_their_own_splits(splits):
     dup = config.EvalConfig(random=("x",), test_sets=(config.TestSet("A", "x"),) * 2)
     with pytest.raises(config.birdjepa.config.ConfigError, match="distinct names"):
         config.validate(dup)
+
+
+def test_paths_in_a_toml_resolve_against_its_directory(splits, tmp_path, monkeypatch):
+    """Issue 36 item 6.4: `random`, the shards and audio_root of an evaluation TOML resolved
+    against the current directory. They now resolve against the TOML's directory, wherever
+    the command runs; a command-line value still resolves against the current directory, and
+    out_dir (what evaluate writes) too."""
+    cfgdir = splits / "cfg"
+    cfgdir.mkdir()
+    (cfgdir / "e.toml").write_text(
+        'random = ["../tiny.toml"]\ntrain_shards = "../train"\nout_dir = "out"\n'
+        '[[test_sets]]\nname = "A"\ntest_shards = "../test"\n'
+        '[[test_sets]]\nname = "B"\ntest_shards = "../test:x"\naudio_root = "."\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = config.cli(["--cfg", str(cfgdir / "e.toml")])
+    assert cfg.random == (str(splits / "tiny.toml"),)
+    assert cfg.train_shards == str(splits / "train") and cfg.out_dir == "out"
+    a, b = config.test_sets(cfg)
+    assert a.test_shards == str(splits / "test") and b.test_shards == str(splits / "test") + ":x"
+    assert b.audio_root == str(cfgdir) and a.audio_root == ""
+    assert config.load(str(cfgdir / "e.toml")) == cfg  # the Python entry resolves alike
+    monkeypatch.chdir(splits)  # a relative --cfg: paths stay relative to the current directory
+    cfg = config.cli(["--cfg", "cfg/e.toml", "--train_shards", "train"])
+    assert cfg.random == ("tiny.toml",) and cfg.train_shards == "train"
+
+
+@pytest.mark.parametrize("toml, key", [
+    ('random = ["nope.toml"]', "random[0]"),
+    ('encoders = ["runs/none"]', "encoders[0]"),
+    ('encoders = ["emb:none"]', "encoders[0]"),
+    ('train_shards = "none"', "train_shards"),
+    ('random = ["../tiny.toml"]\n[[test_sets]]\ntest_shards = "../test"\n[[test_sets]]\n'
+     'test_shards = "x"', "test_sets[1].test_shards"),
+])
+def test_a_missing_path_in_a_toml_names_its_key(toml, key, splits, capsys):
+    (splits / "cfg").mkdir()
+    (splits / "cfg" / "e.toml").write_text(toml + "\n")
+    assert birdjepa.evaluate.cli.main(["--cfg", str(splits / "cfg" / "e.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    value = toml.rsplit("= ", 1)[1].strip('[]"')
+    assert err == [f"error: config key {key!r} in {splits / 'cfg' / 'e.toml'}: expected an "
+                   f"existing path, got {value!r} (relative to {splits / 'cfg'})"]
+    assert "--cfg" not in err[0]
+
+
+def test_a_missing_random_config_on_the_command_line_names_its_key(splits, capsys):
+    argv = base_args(splits)
+    argv[argv.index("--random") + 1] = "nope.toml"
+    assert birdjepa.evaluate.cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: config key 'random[0]': expected an "
+                                               "existing training config TOML, got 'nope.toml'")

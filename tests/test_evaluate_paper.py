@@ -64,7 +64,7 @@ def test_results_png_one_panel_per_metric_and_a_legend_below(tmp_path):
     import matplotlib.image
 
     path = tmp_path / "results.png"
-    report.plot(_rows(), path)
+    report.plot(_rows(), path, all_probes=True)
     img = matplotlib.image.imread(path)
     h, w = img.shape[:2]
     assert (w, h) == (1260, 740)  # 3 x 4.2 in wide, 2 x 3.3 in + 0.8 in of legend, 100 dpi
@@ -91,3 +91,57 @@ def test_card_evaluation_is_held_out_only():
     evaluation = text.split("## Evaluation")[1].split("## ")[0]
     assert "No held-out evaluation was recorded" in evaluation
     assert "eval_head_acc | 0.41" in text.split("## Training-split figures")[1]
+
+
+def test_chance_levels_from_the_labels():
+    """Issue 36 item 6.6: each metric's chance level (a random ranking's expected score),
+    hand-computed: 4 segments x 3 classes, class c without a positive."""
+    y = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0], [1, 0, 0]], bool)
+    c = metrics.chance(y)
+    assert c["cmap"] == pytest.approx((0.75 + 0.25) / 2)  # the mean prevalence of a and b
+    assert np.isnan(c["cmap5"])  # no class with 5 positives
+    assert c["auroc"] == pytest.approx(0.5 * 2 / 3)  # c scores 0 in BirdSet's mean
+    assert c["auroc_present"] == 0.5
+    assert c["top1"] == pytest.approx((1 / 3 + 2 / 3 + 1 / 3) / 3)
+    rng = np.random.default_rng(0)  # what random scores get on average
+    draws = [metrics.all_metrics(rng.random(y.shape), y) for _ in range(2000)]
+    assert np.mean([d["top1"] for d in draws]) == pytest.approx(c["top1"], abs=0.02)
+    assert np.mean([d["auroc"] for d in draws]) == pytest.approx(c["auroc"], abs=0.02)
+
+
+def _probe_rows():
+    """Two encoders x three probes; knn is lejepa's best probe at k = all, linear random's;
+    cmap5 has no value (no class with 5 positives)."""
+    rows = []
+    best = {"lejepa": "knn", "random": "linear"}
+    chance = {"cmap": 0.12, "cmap5": float("nan"), "auroc": 0.5, "auroc_present": 0.5,
+              "top1": 0.09}
+    for e_i, enc in enumerate(best):
+        for probe in ("linear", "knn", "attentive"):
+            for k in ("1", "all"):
+                for m in metrics.METRICS:
+                    mean = 0.3 + 0.1 * e_i + (0.2 if probe == best[enc] else 0.0) + (
+                        0.3 if probe == "attentive" and k == "1" else 0.0)
+                    mean = float("nan") if m == "cmap5" else mean
+                    rows.append({"test_set": "HSN", "encoder": enc, "probe": probe, "k": k,
+                                 "seed": 0, "metric": m, "value": mean, "mean": mean,
+                                 "sd": 0.0, "lo": mean, "hi": mean, "chance": chance[m],
+                                 "n_classes_cmap5": 0})
+    return rows
+
+
+def test_results_png_best_probe_per_encoder_chance_line_and_no_empty_panel(tmp_path):
+    """Issue 36 item 6.6: results.png drew every probe of every encoder (12 series a panel on
+    the demo), no chance line, and an empty cmap5 panel. Now: each encoder's best probe (by
+    its mean at k = all; attentive leads at k = 1 only), the chance line where it is defined,
+    and a panel without a value says why (`--all_probes` draws every probe)."""
+    drawn = {p["metric"]: p for p in report.plot(_probe_rows(), tmp_path / "r.png")}
+    assert (tmp_path / "r.png").stat().st_size > 0
+    assert drawn["cmap"]["series"] == [("lejepa", "knn"), ("random", "linear")]
+    assert drawn["cmap"]["title"] == "cmap (best probe per encoder)"
+    assert drawn["cmap"]["chance"] == 0.12 and drawn["top1"]["chance"] == 0.09
+    assert drawn["cmap"]["note"] is None
+    assert drawn["cmap5"]["series"] == [] and drawn["cmap5"]["chance"] is None
+    assert "no class has >= 5 positive" in drawn["cmap5"]["note"]
+    every = report.plot(_probe_rows(), tmp_path / "all.png", all_probes=True)
+    assert len(every[0]["series"]) == 6 and every[0]["title"] == "cmap"

@@ -36,7 +36,8 @@ def fake_rows(encoder: str, test_sets=("HSN", "NBP"), seeds=(0, 1, 2), base: flo
                              "hi": max(vals) if mm else min(1.0, max(vals) + 0.05),
                              "interval": intervals.MIN_MAX if mm else (
                                  intervals.BOOTSTRAP_SEEDS if few
-                                 else intervals.BOOTSTRAP_SEGMENTS)}
+                                 else intervals.BOOTSTRAP_SEGMENTS),
+                             "chance": 0.5 if m.startswith("auroc") else 0.1}
                     for s, v in zip(seeds, vals, strict=True):
                         rows.append({
                             "test_set": ts, "encoder": encoder, "probe": probe, "k": k,
@@ -70,6 +71,20 @@ def test_parquet_and_csv_schema_and_round_trip(tmp_path):
         assert back == rows
     # key columns identify a row
     assert len({tuple(r[k] for k in results.KEY) for r in rows}) == len(rows)
+
+
+def test_results_written_before_the_chance_column_read_and_merge(tmp_path):
+    """Issue 36 item 6.6 added `chance`; a results file from before reads back with NaN (no
+    chance line) and re-renders and merges with new ones."""
+    pq, _ = results.write(fake_rows("lejepa"), tmp_path / "new")
+    old = pyarrow.parquet.read_table(pq).drop_columns(["chance"])
+    (tmp_path / "old").mkdir()
+    pyarrow.parquet.write_table(old, tmp_path / "old" / "results.parquet")
+    back = results.read(tmp_path / "old")
+    assert all(np.isnan(r["chance"]) for r in back)
+    merged = results.merge(back, results.read(pq))
+    results.write(merged, tmp_path / "merged")
+    assert report.panels(back)[0]["chance"] is None
 
 
 def test_schema_refuses_rows_without_a_column(tmp_path):

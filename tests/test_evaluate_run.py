@@ -59,6 +59,9 @@ def test_two_test_sets_every_row_on_disk_and_cached(corpus, tmp_path, embed_call
             assert 0 <= r["lo"] <= r["hi"] <= 1, r
         want = "bootstrap-segments" if r["k"] == "all" else "bootstrap-seeds+segments"
         assert r["interval"] == want
+    chance = {(r["test_set"], r["metric"]): r["chance"] for r in rows}  # one per metric
+    assert len(chance) == 2 * len(metrics.METRICS) and chance[("A", "auroc_present")] == 0.5
+    assert 0 < chance[("A", "cmap")] < 1 and 0 < chance[("B", "top1")] < 1
     md = (out / "results.md").read_text()
     assert "| encoder | probe | A | B | mean |" in md
     assert (out / "results.png").stat().st_size > 0
@@ -132,7 +135,7 @@ def test_cli_rejects_unknown_and_bad_keys(tmp_path, capsys):
     (tmp_path / "p.toml").write_text('encoders = ["x"]\n[probe]\nlr = "fast"\n')
     with pytest.raises(config.birdjepa.config.ConfigError, match="probe.lr"):
         config.load(str(tmp_path / "p.toml"))
-    (tmp_path / "k.toml").write_text('encoders = ["x"]\nprobes = ["svm"]\n')
+    (tmp_path / "k.toml").write_text('encoders = ["."]\nprobes = ["svm"]\n')
     assert birdjepa.evaluate.cli.main(["--cfg", str(tmp_path / "k.toml")]) == 2
     assert "'probes': expected values in" in capsys.readouterr().err
 

@@ -5,6 +5,7 @@ labels from species folders, and with --relative they move with the audio."""
 import shutil
 
 import numpy as np
+import pytest
 import soundfile
 
 import birdjepa.data
@@ -55,3 +56,38 @@ def test_from_files_errors_are_one_line(tmp_path, capsys):
     assert birdjepa.sources.main(["from_files", str(tmp_path / "none"), "--out_dir", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: SRC: expected an audio file or a directory")
+
+
+def test_from_files_skips_what_is_not_audio_and_counts_each_class(tmp_path, capsys):
+    """Issue 36 item 6.5: a text file named fake.wav and an empty .flac became rows (the loader
+    then failed on them mid-run), nothing was counted, and the output did not open with
+    `datasets.load_from_disk`. Now every file's header is read first: bad files are skipped,
+    named and counted in one line; rows per class are printed; the directory is a
+    save_to_disk directory."""
+    datasets = pytest.importorskip("datasets")
+    _tree(tmp_path / "audio")
+    (tmp_path / "audio" / "norcar" / "fake.wav").write_text("not audio at all\n" * 40)
+    (tmp_path / "audio" / "amerob" / "empty.flac").write_bytes(b"")
+    assert birdjepa.sources.main(["from_files", str(tmp_path / "audio"), "--out_dir",
+                                  str(tmp_path / "ds"), "--label_from", "parent"]) == 0
+    out, err = capsys.readouterr()
+    warn = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert len(warn) == 1 and "skipped 2 of 7 files" in warn[0]
+    assert "fake.wav" in warn[0] and "empty.flac" in warn[0]
+    assert "5 recordings" in out and "amerob 2, norcar 3" in out
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    assert ds.num_rows == 5 and ds.features["label"].names == ["amerob", "norcar"]
+    paths = [a["path"] for a in ds.cast_column("audio", datasets.Audio(decode=False))["audio"]]
+    assert not any(p.endswith(("fake.wav", "empty.flac")) for p in paths)
+    assert table.read(tmp_path / "ds", ["label"]).num_rows == 5  # and the loader's reader
+
+
+def test_from_files_without_one_readable_recording_is_an_error(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "fake.wav").write_text("RIFF? no\n")
+    (tmp_path / "a" / "empty.flac").write_bytes(b"")
+    assert birdjepa.sources.main(["from_files", str(tmp_path / "a"), "--out_dir",
+                                  str(tmp_path / "ds")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: SRC: none of the 2 audio files")
+    assert "empty.flac" in err[0] and not (tmp_path / "ds").exists()

@@ -1,6 +1,8 @@
 """Objectives: shapes and finite gradients, SIGReg against plain numpy, probe stop-gradient,
 MAE block masks."""
 
+import json
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -8,11 +10,13 @@ import numpy as np
 import pytest
 import tiny
 
+import birdjepa.config.losses
 import birdjepa.model as model
 import birdjepa.objectives as objectives
 import birdjepa.objectives.lejepa as lejepa
 import birdjepa.objectives.mae as mae
 import birdjepa.objectives.probe as probe
+import birdjepa.train.log
 
 
 def sigreg_numpy(z, a, n_points, t_max):
@@ -91,6 +95,7 @@ def test_objective_loss_and_grads(name):
     assert loss.shape == () and np.isfinite(float(loss))
     assert emb.shape == (v * 8, 32) and target.shape == (v * 8,) and w.shape == (v * 8,)
     assert all(np.isfinite(float(p)) for p in parts.values())
+    assert sorted(set(parts) - {"train_acc"}) == sorted(birdjepa.config.losses.TERMS[name])  # curves.png's
     g_leaves = jax.tree.leaves(eqx.filter(grads, eqx.is_array))
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in g_leaves)
     assert float(jnp.abs(grads.blocks.wq.w).sum()) > 0  # the encoder is trained
@@ -225,3 +230,27 @@ def test_lejepa_multi_crop_pulls_every_crop_to_the_global_centre():
     _, plain, *_ = obj.loss(sub, enc, heads, batch, key=key)
     np.testing.assert_allclose(float(plain["inv"]), np.square(zg - zg.mean(0)).mean(), rtol=1e-4)
     assert emb.shape == (16, zg.shape[-1]), "the probe sees the global views only"
+
+
+@pytest.mark.parametrize("name, panels", [
+    ("lejepa", ["loss, objective lejepa", "sigreg (SIGReg statistic)", "inv (invariance)",
+                "accuracy"]),
+    ("mae", ["loss = mse (reconstruction error), objective mae", "accuracy"]),
+    ("supervised", ["loss = ce (cross-entropy), objective supervised", "accuracy"]),
+])
+def test_curves_plot_the_objectives_own_terms(name, panels, tmp_path):
+    """Issue 36 item 6.6: curves.png drew the total loss and accuracy only, not the terms a
+    LeJEPA run is judged by (README: SIGReg falling, invariance not collapsing). Each objective
+    now gets its terms' panels, named by what they measure; with no objective given, the terms
+    in the rows say which it was."""
+    rows = [{"step": s, "loss": 2.0 / s, "probe_loss": 1.5 / s, "probe_acc": 0.1 * s,
+             **{t: 1.0 / s for t in birdjepa.config.losses.TERMS[name]}} for s in range(1, 6)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for objective in (name, None):
+        drawn = birdjepa.train.log.plot(path, tmp_path / "c.png", objective)
+        assert [t for t, _ in drawn] == panels
+        assert drawn[0][1] == ["loss", "online probe"]
+        if name == "lejepa":
+            assert drawn[1][1] == ["sigreg"] and drawn[2][1] == ["inv"]
+    assert (tmp_path / "c.png").stat().st_size > 1000

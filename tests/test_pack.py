@@ -2,8 +2,8 @@
 partial one is redone, and the result is byte-identical to the files."""
 
 import errno
-import json
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -16,6 +16,7 @@ import pytest
 
 import birdjepa.data
 import birdjepa.data.pack
+import birdjepa.data.pack_dst
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.sources
@@ -105,7 +106,7 @@ def test_pack_refuses_files_it_did_not_write_and_a_second_pack(small_src, tmp_pa
     assert rc == 2 and len(err) == 1 and "1 file(s) pack did not write" in err[0], err
     other = tmp_path / "other"
     other.mkdir()
-    fd = os.open(other / birdjepa.data.pack.LOCK, os.O_RDWR | os.O_CREAT)
+    fd = os.open(other / birdjepa.data.pack_dst.LOCK, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # a pack in flight
         rc, err = _pack_cli(small_src, other, capsys)
@@ -126,7 +127,7 @@ def test_a_shard_counts_as_done_only_if_the_manifest_and_its_hash_say_so(small_s
     shutil.copy(dst / shards[1], dst / shards[0])
     rc, _ = _pack_cli(small_src, dst, capsys)
     assert rc == 0 and _rows(dst) == want
-    assert birdjepa.data.pack.Manifest(str(dst)).holds(str(dst), shards[0])
+    assert birdjepa.data.pack_dst.Manifest(str(dst)).holds(str(dst), shards[0])
 
 
 def test_pack_stops_at_the_first_write_failure_and_removes_its_temporary_files(
@@ -201,7 +202,7 @@ def test_pack_reencodes_at_the_models_rate_and_the_loader_sees_the_same_clips(de
     assert rc == 2 and len(err) == 1 and "differs in codec" in err[0], err
     # The filter is part of the plan: a resumed pack keeps its own (a plan written before the
     # setting existed names none and used the legacy one), another one is refused.
-    plan = dst / birdjepa.data.pack.PLAN
+    plan = dst / birdjepa.data.pack_dst.PLAN
     assert json.loads(plan.read_text())["resampler"] == "soxr-hq"
     wav = ("--codec", "wav", "--sample_rate", "32000")
     rc, err = _pack_cli(bad, dst, capsys, *wav, "--resampler", "rubato-bh2-1024")

@@ -151,7 +151,7 @@ def test_second_ctrl_c_aborts_at_once():
 
 def test_auto_loader_workers_follow_the_cpus_this_process_may_use(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))  # --cpus-per-task 16
-    assert birdjepa.data.config.resolve_workers("auto") == 14  # 2 left to the trainer
+    assert birdjepa.data.config.resolve_workers("auto") == 16  # all of them: measured best
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert birdjepa.data.config.resolve_workers("auto") == 2
     assert birdjepa.data.config.resolve_workers(5) == 5

@@ -19,6 +19,7 @@ import birdjepa.data.paths as paths
 import birdjepa.data.sources
 import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
+import birdjepa.models.failures
 import birdjepa.models.inference as inference
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,7 +84,7 @@ def test_pack_bounds_file_size_and_still_packs_regular_files(files, tmp_path, ca
 def test_embed_skips_them_counted_and_named(files, tmp_path):
     src = shard(tmp_path / "src", ["real", "pipe", "zero", "folder"], files)
     w = inference.Windows(window_s=0.5, n_frames=32, n_mels=64)
-    failures = inference.Failures()
+    failures = birdjepa.models.failures.Failures()
     t0 = time.monotonic()
     rows = [r for _, ids, _ in inference.features(src, w, batch_size=4, n_workers=2,
                                                   failures=failures) for r in ids]

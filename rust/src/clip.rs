@@ -35,12 +35,17 @@ pub struct Features {
     /// Where the first frame starts in the recording, in seconds.
     pub start_s: f64,
     /// Leading frames computed from the recording itself; the rest (a recording shorter than
-    /// the window) are zero padding.
+    /// the window, or whose data stops inside it) are zero padding.
     pub valid_frames: usize,
+    /// The recording's data stops early (`decode::Damage::describe`): these features come from
+    /// what it holds; a random crop was placed inside the data.
+    pub damage: Option<String>,
+    /// Seconds into the recording where its data ends, with `damage`.
+    pub data_end_s: Option<f64>,
 }
 
 /// Where a decoded window lies in its recording.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct WaveInfo {
     /// Decoded by seeking (false: a full decode, then cut).
     pub seeked: bool,
@@ -48,6 +53,8 @@ pub struct WaveInfo {
     pub start_s: f64,
     /// Resampled samples that come from the recording (the rest is zero padding).
     pub valid: usize,
+    /// Where the recording's data stopped early, and why (`decode::Damage::describe`).
+    pub damage: Option<(f64, String)>,
 }
 
 /// Something that turns encoded audio bytes into features. The loader is generic over it so its
@@ -220,10 +227,23 @@ impl ClipWorker {
                     Some(n) => {
                         let start = place(n);
                         let left = if start >= m { m } else { 0 };
-                        (src.read(start - left, Some(left + dur + m))?, left, start)
+                        let d = src.read_partial(start - left, Some(left + dur + m))?;
+                        match &d.damage {
+                            // The data stops before the window's end: the recording is as long
+                            // as the data it holds; place the crop again inside it.
+                            Some(damage) if damage.frame < start + dur => {
+                                let start = place(damage.frame);
+                                let left = if start >= m { m } else { 0 };
+                                let mut again =
+                                    Source::open(data)?.read(start - left, Some(left + dur + m))?;
+                                again.damage = d.damage.clone();
+                                (again, left, start)
+                            }
+                            _ => (d, left, start),
+                        }
                     }
                     None => {
-                        // Length unknown: decode everything, then cut.
+                        // Length unknown: decode everything (what the data holds), then cut.
                         let mut d = src.read(0, None)?;
                         let start = place(d.samples.len() as u64);
                         let left = if start >= m { m } else { 0 };
@@ -249,6 +269,10 @@ impl ClipWorker {
             seeked: decoded.seeked,
             start_s: start as f64 / sr as f64,
             valid: real.min(want),
+            damage: decoded
+                .damage
+                .as_ref()
+                .map(|d| (d.frame as f64 / sr as f64, d.describe(src.info()))),
         };
         Ok((&self.wave, info))
     }
@@ -279,6 +303,8 @@ impl ClipWorker {
             seeked: info.seeked,
             start_s: info.start_s,
             valid_frames: self.fbank.n_frames(info.valid),
+            data_end_s: info.damage.as_ref().map(|d| d.0),
+            damage: info.damage.map(|d| d.1),
             ..Default::default()
         };
         // The wave comes from the recording, not from a caller: a bad sample in it is the
@@ -400,6 +426,43 @@ mod tests {
                 .fold(0.0, f32::max);
             println!("{filter:?}: max diff {err:.2e}");
             assert!(err < tol, "{filter:?}: max diff {err}");
+        }
+    }
+
+    #[test]
+    fn a_truncated_recording_gives_its_data_and_says_where_it_stops() {
+        // 12 s declared at 44.1 kHz, the bytes hold ~6 s (a recorder whose battery died).
+        let full = wav_bytes(&tone(44100 * 12, 44100, 700.0), 1, 44100, 16, false);
+        let cut = &full[..44 + 2 * 44100 * 6];
+        let mut w = ClipWorker::new(ClipConfig::default()).unwrap();
+        // A random crop past the data is placed again inside it: whole, and flagged.
+        for f in [0.5, 1.0] {
+            let x = w.apply(cut, Crop::Fraction(f)).unwrap();
+            assert!(
+                x.start_s + 5.0 <= 6.0 + 1e-6,
+                "{f}: starts at {}",
+                x.start_s
+            );
+            assert_eq!(x.valid_frames, 498);
+            assert!((x.data_end_s.unwrap() - 6.0).abs() < 0.05);
+            assert!(x
+                .damage
+                .as_ref()
+                .unwrap()
+                .contains("the data ends at 6.000 s of 12.000 s"));
+        }
+        // A crop at a fixed start across the end: what the data holds, then padding.
+        let x = w.apply(cut, Crop::Start(4.0)).unwrap();
+        assert!(
+            x.damage.is_some() && (150..250).contains(&x.valid_frames),
+            "{}",
+            x.valid_frames
+        );
+        // Before the end: whole and silent about it; after: empty audio naming where it ends.
+        assert!(w.apply(cut, Crop::Start(0.5)).unwrap().damage.is_none());
+        match w.apply(cut, Crop::Start(8.0)) {
+            Err(Error::EmptyAudio { detail }) => assert!(detail.contains("after the data ends")),
+            other => panic!("{other:?}"),
         }
     }
 

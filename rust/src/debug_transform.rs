@@ -82,6 +82,8 @@ impl Transform for DebugTransform {
                 Crop::Within { lo_s, hi_s, f } => (lo_s + f * (hi_s - lo_s)).max(0.0),
             },
             valid_frames: self.n_frames,
+            damage: None,
+            data_end_s: None,
         })
     }
 }

@@ -113,6 +113,34 @@ pub struct Decoded {
     pub start_frame: u64,
     /// False when a windowed decode had to fall back to decoding from the start.
     pub seeked: bool,
+    /// Where the recording's data stopped inside the requested window, and why (a recorder whose
+    /// battery died leaves a header that claims more than the file holds; a corrupt packet):
+    /// `samples` are what came before it.
+    pub damage: Option<Damage>,
+}
+
+/// Where a recording's decodable data ends before its header (or the requested window) says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Damage {
+    /// The first frame that could not be decoded.
+    pub frame: u64,
+    /// Why, e.g. "truncated: the header says 2880000 frames" or the decoder's error.
+    pub reason: String,
+}
+
+impl Damage {
+    /// "the data ends at 54.000 s of 60.000 s (truncated: ...)" for a recording of `info`.
+    pub fn describe(&self, info: &AudioInfo) -> String {
+        let sr = info.sample_rate as f64;
+        let of = info
+            .n_frames
+            .map_or(String::new(), |n| format!(" of {:.3} s", n as f64 / sr));
+        format!(
+            "the data ends at {:.3} s{of} ({})",
+            self.frame as f64 / sr,
+            self.reason
+        )
+    }
 }
 
 /// Run `f`, turning a panic inside symphonia into `CorruptData`.
@@ -285,9 +313,26 @@ impl<'a> Source<'a> {
     }
 
     /// Decode frames `[start, start + len)` (to the end when `len` is None), mixed to mono.
-    /// The result is shorter than `len` when the recording ends first; `EmptyAudio` when the
-    /// window starts at or after the end.
+    /// The result is shorter than `len` when the recording ends first, or when its data stops
+    /// early (`Decoded::damage` says where and why); `EmptyAudio` when the window starts at or
+    /// after the end or the damage.
     pub fn read(&mut self, start: u64, len: Option<u64>) -> Result<Decoded> {
+        let d = self.read_partial(start, len)?;
+        match (&d.damage, d.samples.is_empty()) {
+            (Some(damage), true) => Err(Error::EmptyAudio {
+                detail: format!(
+                    "window starts at {:.3} s, after {}",
+                    start as f64 / self.info.sample_rate as f64,
+                    damage.describe(&self.info)
+                ),
+            }),
+            _ => Ok(d),
+        }
+    }
+
+    /// `read`, but a window that starts at or after the damage is an empty `Decoded` with its
+    /// `damage` (the caller may place the window again inside the data).
+    pub fn read_partial(&mut self, start: u64, len: Option<u64>) -> Result<Decoded> {
         if len == Some(0) {
             return Err(Error::EmptyAudio {
                 detail: "requested window has zero length".into(),
@@ -304,10 +349,19 @@ impl<'a> Source<'a> {
     }
 
     fn read_inner(&mut self, start: u64, len: Option<u64>) -> Result<Decoded> {
-        let (samples, seeked) = match &mut self.codec {
-            Codec::Wav(wav) => (wav.read(start, len), true),
+        let (samples, seeked, damage) = match &mut self.codec {
+            Codec::Wav(wav) => (wav.read(start, len), true, None),
             Codec::Symphonia(sym) => sym.read(self.data, &self.info, start, len)?,
         };
+        if samples.is_empty() && damage.is_some() {
+            return Ok(Decoded {
+                sample_rate: self.info.sample_rate,
+                start_frame: start,
+                seeked,
+                damage,
+                ..Default::default()
+            });
+        }
         if samples.is_empty() {
             return Err(Error::EmptyAudio {
                 detail: format!("no samples decoded from frame {start}"),
@@ -325,19 +379,21 @@ impl<'a> Source<'a> {
             sample_rate: self.info.sample_rate,
             start_frame: start,
             seeked,
+            damage,
         })
     }
 }
 
 impl<'a> Symphonia<'a> {
-    /// (Frames `[start, start + len)` mixed to mono, whether they were reached by seeking.)
+    /// (Frames `[start, start + len)` mixed to mono, whether they were reached by seeking, where
+    /// the data stopped inside the window.)
     fn read(
         &mut self,
         data: &'a [u8],
         info: &AudioInfo,
         start: u64,
         len: Option<u64>,
-    ) -> Result<(Vec<f32>, bool)> {
+    ) -> Result<(Vec<f32>, bool, Option<Damage>)> {
         let mut seeked = true;
         if start > 0 {
             // Frame 0 of a full decode is the first frame the decoder outputs, whose timestamp is
@@ -353,16 +409,35 @@ impl<'a> Symphonia<'a> {
                 },
             );
             if res.is_err() {
-                // Re-open so that the demuxer state is known, then decode from the start.
-                let Codec::Symphonia(fresh) = Source::open_inner(data, false)?.codec else {
-                    unreachable!("open_inner without the fast path opens with symphonia")
-                };
-                self.format = fresh.format;
+                self.rewind(data)?;
                 seeked = false;
             }
             self.decoder.reset();
         }
-        Ok((self.decode_loop(data, info, start, len, seeked)?, seeked))
+        let first = self.decode_loop(data, info, start, len, seeked);
+        match first {
+            Ok((ref samples, _)) if !(seeked && start > 0 && samples.is_empty()) => {
+                let (samples, damage) = first?;
+                return Ok((samples, seeked, damage));
+            }
+            Err(e) if !(seeked && start > 0) => return Err(e),
+            _ => {}
+        }
+        // Nothing after a seek: the data ends before the window (a truncated file seeks past
+        // its end). Decode from the start to learn where it ends.
+        self.rewind(data)?;
+        self.decoder.reset();
+        let (samples, damage) = self.decode_loop(data, info, start, len, false)?;
+        Ok((samples, false, damage))
+    }
+
+    /// Re-open the demuxer at the start (its state after a failed seek is unknown).
+    fn rewind(&mut self, data: &'a [u8]) -> Result<()> {
+        let Codec::Symphonia(fresh) = Source::open_inner(data, false)?.codec else {
+            unreachable!("open_inner without the fast path opens with symphonia")
+        };
+        self.format = fresh.format;
+        Ok(())
     }
 
     /// Timestamp of the first decoded frame, decoding from the current (start) position.
@@ -399,7 +474,7 @@ impl<'a> Symphonia<'a> {
         start: u64,
         len: Option<u64>,
         seeked: bool,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<(Vec<f32>, Option<Damage>)> {
         let end = len.map(|l| start.saturating_add(l));
         let cap = end.map(|e| (e - start) as usize).unwrap_or(
             info.n_frames
@@ -424,22 +499,39 @@ impl<'a> Symphonia<'a> {
                     "packet count exceeds input size (stuck demuxer)",
                 ));
             }
+            // Past the first good frame, a demuxer or decoder error ends the data there: what
+            // came before is kept (`damage`); before it, the recording is simply unreadable.
+            let stop = |e: SymError, what: &str, pos: Option<i64>| match (pos, map_sym(e, what)) {
+                (Some(p), Error::CorruptData { detail } | Error::UnsupportedCodec { detail }) => {
+                    Ok(Damage {
+                        frame: p.max(0) as u64,
+                        reason: detail,
+                    })
+                }
+                (_, e) => Err(e),
+            };
             let packet = match self.format.next_packet() {
                 Ok(Some(p)) => p,
                 Ok(None) | Err(SymError::ResetRequired) => {
                     reached_eof = true;
                     break;
                 }
-                Err(e) => return Err(map_sym(e, &info.container)),
+                Err(e) => {
+                    let d = stop(e, &info.container, pos.or((start == 0).then_some(0)))?;
+                    return Ok((out, Some(d)));
+                }
             };
             if packet.track_id != self.track_id {
                 continue;
             }
             let anchor = packet.pts.get() + packet.trim_start.get() as i64 - self.start_ts;
-            let buf = self
-                .decoder
-                .decode(&packet)
-                .map_err(|e| map_sym(e, &info.codec))?;
+            let buf = match self.decoder.decode(&packet) {
+                Ok(buf) => buf,
+                Err(e) => {
+                    let d = stop(e, &info.codec, pos.or((start == 0).then_some(0)))?;
+                    return Ok((out, Some(d)));
+                }
+            };
             let n = buf.frames();
             if n == 0 {
                 continue;
@@ -483,14 +575,16 @@ impl<'a> Symphonia<'a> {
             if let (Some(total), Some(p)) = (info.n_frames, pos) {
                 let wanted_end = end.map_or(total, |e| e.min(total));
                 if (p.max(0) as u64) < wanted_end {
-                    return Err(Error::corrupt(format!(
-                        "{}: truncated: header says {total} frames, stream ended at frame {p}",
+                    let reason = format!(
+                        "{}: truncated: the header says {total} frames",
                         info.container
-                    )));
+                    );
+                    let frame = p.max(0) as u64;
+                    return Ok((out, Some(Damage { frame, reason })));
                 }
             }
         }
-        Ok(out)
+        Ok((out, None))
     }
 }
 
@@ -771,24 +865,77 @@ pub(crate) mod tests {
         let flac = b"fLaC\x00\x00\x00\x22".to_vec();
         let mp3 = vec![0xFF, 0xFB, 0x90, 0x64];
         let id3 = b"ID3\x03\x00\x00\x00\x00\x00\x10".to_vec();
-        // A WAV header declaring more data than follows (PCM junk is otherwise just noise).
+        // A WAV header declaring more data than follows: PCM junk is just noise, so the bytes
+        // that hold whole frames are a truncated recording (what it holds, and where it stops).
         let wav = wav_bytes(&[0.1; 100_000], 1, 8000, 16, false)[..44].to_vec();
         for magic in [ogg, flac, mp3, id3, wav] {
             for n in [0usize, 1, 17, 300, 5000, 40000] {
                 let mut d = magic.clone();
                 d.extend(junk(n));
-                assert!(
-                    decode(&d).is_err(),
-                    "magic {:?} + {n} junk bytes decoded",
-                    &magic[..4]
-                );
+                match decode(&d) {
+                    Ok(x) if magic.starts_with(b"RIFF") && n >= 2 => {
+                        assert_eq!(x.damage.map(|x| x.frame), Some(x.samples.len() as u64))
+                    }
+                    r => assert!(
+                        r.is_err(),
+                        "magic {:?} + {n} junk bytes decoded",
+                        &magic[..4]
+                    ),
+                }
                 // A window may lie inside valid-looking data (PCM junk is just noise); either
                 // way it must come back, finite.
                 if let Ok(w) = decode_window(&d, 0.5, Some(1.0)) {
                     assert!(w.samples.iter().all(|x| x.is_finite()));
                 }
                 for cut in [1, 3, d.len() / 2] {
-                    assert!(decode(&d[..cut.min(d.len())]).is_err());
+                    match decode(&d[..cut.min(d.len())]) {
+                        Ok(x) if magic.starts_with(b"RIFF") => assert!(x.damage.is_some()),
+                        r => assert!(r.is_err()),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_recordings_yield_what_they_hold() {
+        let x = tone(2 * 20000, 16000, 440.0, 0.5);
+        for bits in [16u16, 24] {
+            let good = wav_bytes(&x, 2, 16000, bits, false);
+            let intact = decode(&good).unwrap();
+            assert_eq!((intact.samples.len(), intact.damage.clone()), (20000, None));
+            for cut in [1000usize, good.len() / 2, good.len() - 3] {
+                let bytes = &good[..cut];
+                let d = decode(bytes).unwrap();
+                let damage = d.damage.clone().expect("a truncated file says so");
+                assert!(d.samples.len() < 20000 && damage.frame as usize == d.samples.len());
+                assert!(damage.reason.contains("truncated"), "{damage:?}");
+                assert_eq!(d.samples[..], intact.samples[..d.samples.len()]);
+                let end = damage.frame;
+                // A window before the damage is whole and says nothing; one across it is what
+                // the data holds; one after it is empty audio naming where the data ends.
+                let mut src = Source::open(bytes).unwrap();
+                let before = src.read(0, Some(end / 2)).unwrap();
+                assert_eq!(
+                    (before.samples.len() as u64, before.damage),
+                    (end / 2, None)
+                );
+                let across = Source::open(bytes)
+                    .unwrap()
+                    .read(end / 2, Some(end))
+                    .unwrap();
+                assert_eq!(
+                    across.samples[..],
+                    intact.samples[end as usize / 2..end as usize]
+                );
+                assert!(across.damage.is_some());
+                if end + 2 < 20000 {
+                    match Source::open(bytes).unwrap().read(end + 1, Some(1)) {
+                        Err(Error::EmptyAudio { detail }) => {
+                            assert!(detail.contains("after the data ends at"), "{detail}")
+                        }
+                        other => panic!("{other:?}"),
+                    }
                 }
             }
         }
@@ -799,20 +946,8 @@ pub(crate) mod tests {
         let x = tone(20000, 16000, 440.0, 0.5);
         let good = wav_bytes(&x, 2, 16000, 16, false);
         assert!(matches!(decode(&[]), Err(Error::EmptyAudio { .. })));
-        // Truncated at many offsets: an error (never a panic) unless nothing was cut.
-        for cut in [
-            1usize,
-            4,
-            11,
-            12,
-            30,
-            43,
-            44,
-            45,
-            1000,
-            good.len() / 2,
-            good.len() - 3,
-        ] {
+        // Truncated in the header or before the first frame: an error (never a panic).
+        for cut in [1usize, 4, 11, 12, 30, 43, 44, 45] {
             let r = decode(&good[..cut]);
             assert!(r.is_err(), "truncated at {cut} decoded fine");
         }
@@ -832,7 +967,10 @@ pub(crate) mod tests {
         // A valid header with garbage after it.
         let mut g = good[..44].to_vec();
         g.extend((0..5000).map(|i| (i * 37 % 251) as u8));
-        let _ = decode(&g); // PCM garbage is just noise or a truncation error; it must not panic.
-        assert!(matches!(decode(&g), Err(Error::CorruptData { .. })));
+        // PCM garbage is just noise; the data stops before the header's 20,000 frames: what it
+        // holds (1,250 stereo frames), and where it stopped.
+        let d = decode(&g).unwrap();
+        assert_eq!(d.samples.len(), 1250);
+        assert_eq!(d.damage.map(|x| x.frame), Some(1250));
     }
 }

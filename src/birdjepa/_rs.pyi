@@ -39,8 +39,10 @@ LEGACY_RESAMPLER: str
 
 def decode(
     data: bytes, *, start_s: float | None = None, duration_s: float | None = None
-) -> tuple[np.ndarray, int, bool]:
-    """Mono float32 wave, native sample rate, and whether the window was decoded by seeking."""
+) -> tuple[np.ndarray, int, bool, dict[str, Any] | None]:
+    """Mono float32 wave, native sample rate, whether the window was decoded by seeking, and
+    None or {"end_s", "message"} where the recording's data stops early (the wave is what it
+    holds; a window that starts after that end is an EmptyAudioError)."""
 
 def info(data: bytes) -> dict[str, Any]:
     """sample_rate: int, channels: int, n_frames: int | None, codec: str, container: str."""
@@ -56,8 +58,9 @@ def clip(
     sample_rate: int = 32000,
     resampler: str = "soxr-hq",
     **opts: Any,
-) -> tuple[np.ndarray, bool]:
-    """(frames, n_mels) float32 features and whether the window was decoded by seeking."""
+) -> tuple[np.ndarray, bool, dict[str, Any] | None]:
+    """(frames, n_mels) float32 features, whether the window was decoded by seeking, and None
+    or {"end_s", "message"} where the recording's data stops early (zero padding after it)."""
 
 # -- loader (rust/src/python/loader.rs); the user-facing API is birdjepa.data.Loader -------------
 
@@ -93,8 +96,11 @@ class Loader:
         (birdjepa.data.config.rust_json; unknown names are a BadArgumentError)."""
     def next(
         self,
-    ) -> tuple[int, dict[str, np.ndarray], list[tuple[int, int, int, str]]] | None:
-        """(global step, batch, failures as (index, shard, row, error)); None ends an eval pass."""
+    ) -> tuple[int, dict[str, np.ndarray], list[tuple[int, int, int, str, str]],
+               list[tuple[int, int, int, str, str]]] | None:
+        """(global step, batch, failures as (index, shard, row, error, kind), samples from
+        recordings whose data stops early as (index, shard, row, where and why, "damaged
+        recording")); None ends an eval pass."""
     def stats(self) -> dict: ...
     def close(self) -> None: ...
 

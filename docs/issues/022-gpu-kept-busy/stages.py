@@ -27,7 +27,7 @@ def main(shards: str) -> None:
         info = rs.info(b)
         start = float(rng.random()) * max(0.0, (info["n_frames"] or 0) / info["sample_rate"] - 6)
         t0 = time.process_time()
-        w, sr, _ = rs.decode(b, start_s=start, duration_s=6.0)
+        w, sr, _, _ = rs.decode(b, start_s=start, duration_s=6.0)
         t1 = time.process_time()
         w = rs.resample(w, sr, 32000) if sr != 32000 else w
         t2 = time.process_time()

@@ -86,6 +86,9 @@ pub struct Batch {
     pub local_start_s: Vec<f64>,
     /// Samples that failed while producing this batch (replaced or marked invalid).
     pub failures: Vec<Failure>,
+    /// Samples of this batch from recordings whose data stops early (kind "damaged recording":
+    /// valid, from what the recording holds; the message says where and why).
+    pub damaged: Vec<Failure>,
 }
 
 /// The rows at stream positions `start..start + count` of the train order (diagnostics).

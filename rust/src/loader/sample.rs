@@ -40,6 +40,9 @@ pub(super) struct Row {
     pub(super) index: i64,
     pub(super) shard: i32,
     pub(super) valid: bool,
+    /// The recording's data stops early: the features come from what it holds (kind
+    /// "damaged recording", the message says where and why).
+    pub(super) damaged: Option<Failure>,
 }
 
 /// What a transform worker hands the assembler.
@@ -103,6 +106,8 @@ struct Featurized {
     /// (n_local, local_frames, n_mels) local crops and their starts (empty without them).
     local: Vec<f32>,
     local_start_s: Vec<f64>,
+    /// `Features::damage` of the sample's recording.
+    damage: Option<String>,
 }
 
 /// The transform's output checked against the configured mel bins: a mismatch is the
@@ -254,6 +259,7 @@ fn featurize(
         start_s: vec![0f64; c.n_views],
         local: vec![0f32; c.n_local * lf * m],
         local_start_s: vec![0f64; c.n_local],
+        damage: None,
     };
     let epoch = g / ctx.n_rows;
     let fraction = |v: u64| match (c.mode, seg) {
@@ -271,6 +277,7 @@ fn featurize(
     let seg_len = seg.unwrap_or(usize::MAX);
     if c.view_window_s > 0.0 {
         let f = apply(WINDOW_KEY)?;
+        out.damage = f.damage.clone();
         for v in 0..c.n_views {
             let dst = &mut out.data[v * tf * m..(v + 1) * tf * m];
             let len = c.clip_frames().min(seg_len);
@@ -285,6 +292,7 @@ fn featurize(
     }
     for v in 0..c.n_views {
         let f = apply(v as u64)?;
+        out.damage = out.damage.or(f.damage.clone());
         let keep = f.n_frames.min(tf).min(seg_len);
         put(
             c,
@@ -350,6 +358,13 @@ fn attempt(
     };
     match featurize_guarded(ctx, t, reader, &s, g) {
         Ok(f) => Ok(Row {
+            damaged: f.damage.map(|d| {
+                ctx.stats.damaged.fetch_add(1, Ordering::Relaxed);
+                let mut note = failure(reader, index, Some(&s), Error::corrupt(d));
+                note.kind = "damaged recording";
+                note.error = note.error.replacen("corrupt audio: ", "", 1);
+                note
+            }),
             data: f.data,
             start_s: f.start_s,
             local: f.local,
@@ -384,6 +399,7 @@ fn invalid_row(ctx: &Ctx, reader: &mut Reader, index0: u64) -> Row {
         index: index0 as i64,
         shard: shard as i32,
         valid: false,
+        damaged: None,
     }
 }
 

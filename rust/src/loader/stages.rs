@@ -228,6 +228,7 @@ impl Assembler {
             local: vec![0.0; c.n_local * b * c.local_frames * c.n_mels],
             local_start_s: vec![-1.0; c.n_local * b],
             failures: Vec::new(),
+            damaged: Vec::new(),
         }
     }
 
@@ -263,6 +264,7 @@ impl Assembler {
             // In range: the pipeline checked every label against n_classes at start.
             batch.target_multi[slot * n + c as usize] = 1.0;
         }
+        batch.damaged.extend(row.damaged);
         batch.index[slot] = row.index;
         batch.shard[slot] = row.shard;
         batch.valid[slot] = row.valid;

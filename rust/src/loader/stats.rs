@@ -13,6 +13,7 @@ pub(super) struct SharedStats {
     pub(super) failures: AtomicU64,
     pub(super) replaced: AtomicU64,
     pub(super) invalid: AtomicU64,
+    pub(super) damaged: AtomicU64,
     pub(super) recent: Mutex<VecDeque<Failure>>,
 }
 
@@ -27,6 +28,8 @@ pub struct Stats {
     pub replaced: u64,
     /// Slots emitted with `valid = false` because of failures (not eval padding).
     pub invalid: u64,
+    /// Samples from recordings whose data stops early (features from what they hold).
+    pub damaged: u64,
     /// The last few failures, oldest first.
     pub recent_failures: Vec<Failure>,
     pub queued_batches: usize,
@@ -51,6 +54,7 @@ impl SharedStats {
             failures: self.failures.load(Ordering::Relaxed),
             replaced: self.replaced.load(Ordering::Relaxed),
             invalid: self.invalid.load(Ordering::Relaxed),
+            damaged: self.damaged.load(Ordering::Relaxed),
             recent_failures: self.recent.lock().unwrap().iter().cloned().collect(),
             queued_batches,
         }

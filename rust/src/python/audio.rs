@@ -87,7 +87,23 @@ fn to_matrix(py: Python<'_>, data: Vec<f32>, n_mels: usize) -> PyResult<Bound<'_
     Ok(arr.into_pyarray(py))
 }
 
-/// Decode bytes to mono float32 at the native rate: `(wave, sample_rate, seeked)`.
+/// Where a recording's data stops early, for Python: {"end_s", "message"} (None: intact).
+fn damage_dict<'py>(
+    py: Python<'py>,
+    end_s: Option<f64>,
+    message: Option<String>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let (Some(end_s), Some(message)) = (end_s, message) else {
+        return Ok(None);
+    };
+    let d = PyDict::new(py);
+    d.set_item("end_s", end_s)?;
+    d.set_item("message", message)?;
+    Ok(Some(d))
+}
+
+/// Decode bytes to mono float32 at the native rate: `(wave, sample_rate, seeked, damage)`,
+/// `damage` None or {"end_s", "message"} where the data stops early (the wave is what it holds).
 #[pyfunction]
 #[pyo3(signature = (data, *, start_s=None, duration_s=None))]
 fn decode<'py>(
@@ -95,17 +111,36 @@ fn decode<'py>(
     data: &[u8],
     start_s: Option<f64>,
     duration_s: Option<f64>,
-) -> PyResult<(Bound<'py, PyArray1<f32>>, u32, bool)> {
-    let d = py
-        .detach(|| -> Result<core_decode::Decoded> {
-            match (start_s, duration_s) {
-                (None, None) => core_decode::decode(data),
-                (s, d) => core_decode::decode_window(data, s.unwrap_or(0.0), d),
-            }
-        })
+) -> PyResult<DecodeResult<'py>> {
+    let (d, info) = py
+        .detach(
+            || -> Result<(core_decode::Decoded, core_decode::AudioInfo)> {
+                let mut src = Source::open(data)?;
+                let info = src.info().clone();
+                let sr = info.sample_rate;
+                let start = core_decode::seconds_to_frames("start_s", start_s.unwrap_or(0.0), sr)?;
+                let len = duration_s
+                    .map(|d| core_decode::seconds_to_frames("duration_s", d, sr))
+                    .transpose()?;
+                Ok((src.read(start, len)?, info))
+            },
+        )
         .map_err(to_py)?;
-    Ok((d.samples.into_pyarray(py), d.sample_rate, d.seeked))
+    let sr = d.sample_rate as f64;
+    let damage = damage_dict(
+        py,
+        d.damage.as_ref().map(|x| x.frame as f64 / sr),
+        d.damage.as_ref().map(|x| x.describe(&info)),
+    )?;
+    Ok((d.samples.into_pyarray(py), d.sample_rate, d.seeked, damage))
 }
+
+type DecodeResult<'py> = (
+    Bound<'py, PyArray1<f32>>,
+    u32,
+    bool,
+    Option<Bound<'py, PyDict>>,
+);
 
 /// Container facts: sample_rate, channels, n_frames (None when unknown), codec, container.
 #[pyfunction]
@@ -188,7 +223,8 @@ fn fbank<'py>(
 }
 
 /// Features of one clip: decode the window, resample (with the filter named `resampler`),
-/// fbank. Returns `(features, seeked)`.
+/// fbank. Returns `(features, seeked, damage)`, `damage` None or {"end_s", "message"} where the
+/// recording's data stops early (the window is what it holds, zero-padded).
 #[pyfunction]
 #[pyo3(signature = (data, *, start_s=0.0, duration_s=5.0, sample_rate=32000, resampler="soxr-hq", **opts))]
 #[allow(clippy::too_many_arguments)]
@@ -200,7 +236,7 @@ fn clip<'py>(
     sample_rate: u32,
     resampler: &str,
     opts: Option<&Bound<'py, PyDict>>,
-) -> PyResult<(Bound<'py, PyArray2<f32>>, bool)> {
+) -> PyResult<ClipResult<'py>> {
     let fb = fbank_config(sample_rate as f32, opts)?;
     let cfg = ClipConfig {
         sample_rate,
@@ -221,9 +257,12 @@ fn clip<'py>(
             })
         })
         .map_err(to_py)?;
+    let damage = damage_dict(py, feats.data_end_s, feats.damage)?;
     let seeked = feats.seeked;
-    Ok((to_matrix(py, feats.data, feats.n_mels)?, seeked))
+    Ok((to_matrix(py, feats.data, feats.n_mels)?, seeked, damage))
 }
+
+type ClipResult<'py> = (Bound<'py, PyArray2<f32>>, bool, Option<Bound<'py, PyDict>>);
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode, m)?)?;

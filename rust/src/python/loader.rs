@@ -128,8 +128,14 @@ type PathCheckTuple = (
 
 /// A failed sample as (index, shard, row, error, kind).
 type FailureTuple = (u64, u32, u64, String, &'static str);
-/// What `Loader.next` returns: (global step, batch dict, failures in this batch).
-type PyBatch<'py> = (u64, Bound<'py, PyDict>, Vec<FailureTuple>);
+/// What `Loader.next` returns: (global step, batch dict, failures in this batch, samples of it
+/// from damaged recordings, the same tuples with kind "damaged recording").
+type PyBatch<'py> = (
+    u64,
+    Bound<'py, PyDict>,
+    Vec<FailureTuple>,
+    Vec<FailureTuple>,
+);
 
 /// A running pipeline producing this process's slice of every global batch.
 #[pyclass(name = "Loader", module = "birdjepa._rs")]
@@ -186,12 +192,12 @@ impl PyLoader {
             let starts = PyArray1::from_vec(py, b.local_start_s).reshape([l, n])?;
             d.set_item("local_start_s", starts)?;
         }
-        let failures = b
-            .failures
-            .into_iter()
-            .map(|f| (f.index, f.shard, f.row, f.error, f.kind))
-            .collect();
-        Ok((b.step, d, failures))
+        let tuples = |v: Vec<crate::loader::Failure>| -> Vec<FailureTuple> {
+            v.into_iter()
+                .map(|f| (f.index, f.shard, f.row, f.error, f.kind))
+                .collect()
+        };
+        Ok((b.step, d, tuples(b.failures), tuples(b.damaged)))
     }
 }
 
@@ -229,7 +235,7 @@ impl PyLoader {
         })
     }
 
-    /// The next batch as (step, dict, failures), or None at the end of an eval pass.
+    /// The next batch as (step, dict, failures, damaged), or None at the end of an eval pass.
     ///
     /// Waits with the GIL released, waking every 50 ms to let Python handle signals (Ctrl-C).
     fn next<'py>(&mut self, py: Python<'py>) -> PyResult<Option<PyBatch<'py>>> {
@@ -258,6 +264,7 @@ impl PyLoader {
         d.set_item("failures", s.failures)?;
         d.set_item("replaced", s.replaced)?;
         d.set_item("invalid", s.invalid)?;
+        d.set_item("damaged", s.damaged)?;
         d.set_item("queued_batches", s.queued_batches)?;
         let recent: Vec<FailureTuple> = s
             .recent_failures

@@ -11,11 +11,15 @@ import birdjepa.runtime.cli_args as cli_args
 
 def cli(argv: list[str] | None = None, cls=None, *,
         prog: str = "python -m birdjepa.train",
-        description: str = "Pretrain a birdjepa encoder.", toml: bool = True):
+        description: str = "Pretrain a birdjepa encoder.", toml: bool = True,
+        toml_paths=None):
     """`--cfg FILE.toml` (optional, loaded first) then `--key=value` overrides of a `cls`
     (default birdjepa.config.Config); `--help` lists --cfg and every field; `prog` is the
     command users type. An unknown key raises ConfigError (with close matches); a bad value
-    prints one `error:` line and exits 2."""
+    prints one `error:` line and exits 2. `toml_paths(tables, path, overridden=keys)`, when given, rewrites the
+    TOML's tables before the overrides apply (evaluate: its paths against the TOML's
+    directory); without it, paths in the TOML are the current directory's, as on the
+    command line."""
     config = birdjepa.config
     cls = cls or config.Config
     argv = cli_args.flags(list(sys.argv[1:] if argv is None else argv))
@@ -31,7 +35,10 @@ def cli(argv: list[str] | None = None, cls=None, *,
     p.usage = f"%(prog)s [-h]{' [--cfg FILE.toml]' if toml else ''}{required} [--KEY VALUE ...]"
     ns = p.parse_args(argv)
     base = config.load_dict(ns.cfg) if toml and ns.cfg else {}
-    return config.from_dict(cls, merge(base, cli_args.overrides(p, ns)))
+    over = cli_args.overrides(p, ns)
+    if toml_paths is not None and base:
+        base = toml_paths(base, ns.cfg, overridden=set(over))
+    return config.from_dict(cls, merge(base, over))
 
 
 def merge(base: dict, over: dict) -> dict:

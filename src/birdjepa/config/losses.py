@@ -152,3 +152,14 @@ class ObjectiveConfig:
         sub = getattr(self, self.name)
         if hasattr(sub, "check"):
             sub.check(f"objective.{self.name}.")
+
+
+TERMS: dict[str, dict[str, str]] = {
+    "supervised": {"ce": "cross-entropy"},
+    "lejepa": {"sigreg": "SIGReg statistic", "inv": "invariance"},
+    "mae": {"mse": "reconstruction error"},
+    "probe_only": {},
+}
+"""The loss terms each objective logs beside `loss` (its weighted total; for one term, the term
+itself), with what they measure: the curves `curves.png` plots (birdjepa.train.log.plot).
+LeJEPA runs are judged by theirs (SIGReg falling, the invariance not collapsing to 0)."""

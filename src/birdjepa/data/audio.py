@@ -14,6 +14,7 @@ Nyquist, negative means that far below it), use_power=True, use_log_fbank=True.
 import dataclasses
 import io
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -113,8 +114,18 @@ def decode(
     With `start_s`/`duration_s`, only that window is decoded (by seeking where the container
     allows it); the result is shorter than `duration_s` when the recording ends first.
     """
-    wave, sr, _seeked = _rs.decode(_bytes(data), start_s=start_s, duration_s=duration_s)
+    wave, sr, _seeked, damage = _rs.decode(_bytes(data), start_s=start_s, duration_s=duration_s)
+    if damage is not None:
+        warn_damage(data, damage)
     return wave, sr
+
+
+def warn_damage(data, damage: dict, what: str = "") -> None:
+    """One RuntimeWarning for a recording whose data stops early (a truncated file): which one,
+    where its data ends and why; the caller goes on with what it holds."""
+    name = os.fspath(data) if isinstance(data, str | os.PathLike) else "a recording"
+    warnings.warn(f"birdjepa: {name}{what}: {damage['message']}; using what it holds",
+                  RuntimeWarning, stacklevel=3)
 
 
 def info(data: bytes | str | os.PathLike) -> dict[str, Any]:
@@ -197,13 +208,17 @@ def clip(
     duration_s: float = 5.0,
     sample_rate: int = 32000,
     resampler: str = DEFAULT_RESAMPLER,
+    with_damage: bool = False,
     **fbank_opts: Any,
 ) -> np.ndarray:
     """Features of one clip of `data` (bytes or a path): decode [start_s, start_s + duration_s), resample to `sample_rate`
     (with `resampler`, as `resample`), Kaldi fbank. A recording that ends early is zero-padded,
-    so the shape is always fixed."""
+    so the shape is always fixed. A recording whose data stops early (a truncated file) gives
+    what it holds, zero-padded, with a warning naming where it stops, or with `with_damage`
+    (features, damage): None, or {"end_s": where the data ends, "message"}; a window past that
+    end is EmptyAudioError."""
     _check_opts(fbank_opts)
-    feats, _seeked = _rs.clip(
+    feats, _seeked, damage = _rs.clip(
         _bytes(data),
         start_s=float(start_s),
         duration_s=float(duration_s),
@@ -211,4 +226,8 @@ def clip(
         resampler=resampler,
         **fbank_opts,
     )
+    if with_damage:
+        return feats, damage
+    if damage is not None:
+        warn_damage(data, damage)
     return feats

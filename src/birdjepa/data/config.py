@@ -90,11 +90,14 @@ def kaldi_frames(seconds: float) -> int:
 
 
 def resolve_workers(n_workers: int | str) -> int:
-    """`n_workers` resolved: "auto" is the CPUs this process may use minus 2 for the trainer
-    (os.sched_getaffinity: Slurm's cpus-per-task, taskset, cgroups' cpusets), at least 2."""
+    """`n_workers` resolved: "auto" is every CPU this process may use (os.sched_getaffinity:
+    Slurm's cpus-per-task, taskset, cgroups' cpusets), at least 2. The trainer's own threads
+    mostly sleep on the device: on an H200 node with 16 CPUs, vit-s over the packed demo corpus ran
+    at the step's own pace with 16 workers (4.59 steps/s, data wait 10 %) and 10 % below it with
+    14 (4.15; docs/issues/022-gpu-kept-busy)."""
     if n_workers != "auto":
         return int(n_workers)
-    return max(2, len(os.sched_getaffinity(0)) - 2)
+    return max(2, len(os.sched_getaffinity(0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +107,7 @@ class LoaderConfig:
 
     n_workers: int | typing.Literal["auto"] = _speed("auto")
     """Transform threads; "auto": the CPUs this process may use (its affinity mask, which
-    Slurm's --cpus-per-task sets) minus 2 for the trainer, at least 2."""
+    Slurm's --cpus-per-task sets), at least 2 (see `resolve_workers`)."""
     n_views: int = 1
     """Crops per row; batches are then (V, B, T, M) when > 1 (lejepa needs >= 2)."""
     n_frames: int = 512
@@ -119,9 +122,8 @@ class LoaderConfig:
     prefetch: int = _speed(2)
     """Assembled batches queued ahead of the consumer."""
     mean: float = DEFAULT_MEAN
-    """Normalisation: (x - mean) / (2 * std)."""
     std: float = DEFAULT_STD
-    """Normalisation: (x - mean) / (2 * std)."""
+    """Normalisation of both: (x - mean) / (2 * std)."""
     pad: str = _added("zero")
     """Frames of a clip shorter than n_frames (5 s gives 498 Kaldi frames of 512): "zero" pads
     with 0.0 after normalising (the mean; our models), "min" with the clip's minimum log-mel
@@ -134,13 +136,9 @@ class LoaderConfig:
     sample_rate: int = 32000
     """Sample rate the audio is resampled to."""
     resampler: str | None = _resampler()
-    """Filter that resamples recordings not at sample_rate: "soxr-hq" (soxr's HQ quality, what
-    Hugging Face `datasets` and librosa >= 0.10 resample with, hence BirdSet's and Bird-MAE's
-    pipelines; our log-mel matches theirs to < 1e-3 relative L2) or "rubato-bh2-1024" (the
-    filter before issue 36: 2-6e-2 relative L2 from soxr HQ's log-mel, above ~14 kHz). None
-    (unset): "soxr-hq" for a new stream; a stream resumed from a state keeps the state's filter
-    (a state saved before this setting existed: "rubato-bh2-1024"), so old runs resume on the
-    same stream. A training run resolves it the same way from its checkpoint's config."""
+    """Filter for recordings not at sample_rate: "soxr-hq" (soxr HQ's response: Hugging Face
+    `datasets`, librosa >= 0.10, BirdSet, Bird-MAE) or "rubato-bh2-1024" (before issue 36). Unset:
+    soxr-hq for a new stream, a resumed one keeps its own (`resolve_resampler`)."""
     view_window_s: float = _added(0.0)
     """0: every view is its own random crop of the recording, one decode each. Otherwise one
     window of this many seconds (in [clip_s, 3600]) per sample is decoded, resampled and
@@ -155,10 +153,8 @@ class LoaderConfig:
     local_s: float = _local(2.0)
     """Duration of a local crop, seconds, in (0, clip_s]."""
     local_frames: int | None = _local(None)
-    """Frames of a local crop in the batch; None (unset): derived from local_s, the crop's
-    Kaldi frames (2 s: 198) at most n_frames. A training config derives it the same way and
-    cuts it to whole rows of model.patch[0] (2 s at patch 16: 192); there more frames than the
-    crop has (zero-padding) is a config error."""
+    """Frames of a local crop; unset: local_s's Kaldi frames (2 s: 198) at most n_frames (a
+    training config cuts them to whole model.patch[0] rows, 2 s at 16: 192; more is an error)."""
     audio_column: str = "audio"
     """Column with the encoded audio (HF Audio struct or binary)."""
     label_column: str | None = "label"
@@ -169,14 +165,13 @@ class LoaderConfig:
     """Raise birdjepa.TooManyFailuresError once more than this fraction of the last
     `failure_window` samples (each failed attempt and each success, in stream order) failed,
     naming the most common error and example (file, row)s; 1.0 never raises. A dataset smaller
-    than the window is judged once all its rows were tried. Does not shape the stream."""
+    than the window is judged once all its rows were tried."""
     failure_window: int = _speed(512)
     """Samples over which max_failure_fraction is judged (512: one or two batches)."""
     crop: str = _added("random")
-    """Train crops: "random" (uniform over the recording) or "events": placed to cover one of
-    the row's events (`events_column`), the event drawn by the seed and the start jittered over
-    the event's slack; rows without events fall back to random. With view_window_s the window
-    covers the event and its views are cut from it as usual. Eval ignores it."""
+    """Train crops: "random" (uniform) or "events": covering one of the row's events
+    (`events_column`, drawn by the seed, jittered over its slack; none: random; with
+    view_window_s the window covers it). Eval ignores it."""
     events_column: str = _added("detected_events")
     """list<[start, end]> seconds column read with crop="events" (BirdSet's detected_events)."""
     segment: str = _added("centre")
@@ -190,8 +185,7 @@ class LoaderConfig:
     """Column of segment ends, seconds (segment="columns")."""
     audio_root: str = _speed("")
     """Path-only audio (HF Audio with bytes null and a path, or a string column of paths):
-    relative paths resolve against this directory ("": the directory of the shard that stores
-    them). Absolute paths are read as stored."""
+    relative paths resolve against this directory ("": the shard's own); absolute ones as stored."""
     path_map: dict[str, str] | None = _speed(None)
     """Path-only audio: {stored prefix: local prefix} over whole path components, applied before
     `audio_root` (the longest matching key wins; "/old/run1" never maps "/old/run10/x.wav"),
@@ -283,16 +277,6 @@ class LoaderConfig:
             return int(self.local_frames)
         return min(kaldi_frames(self.local_s), self.n_frames)
 
-    def resolved_resampler(self, state: dict | None = None) -> str:
-        """`resampler`, or when unset: a saved loader state's (`state`, from `state_dict()`:
-        one that names none is LEGACY_RESAMPLER's), or for a new stream DEFAULT_RESAMPLER."""
-        if self.resampler is not None:
-            return self.resampler
-        if state is None:
-            return DEFAULT_RESAMPLER
-        saved = state.get("config") if isinstance(state, dict) else None
-        return (saved.get("resampler") if isinstance(saved, dict) else None) or LEGACY_RESAMPLER
-
     def for_eval(self) -> "LoaderConfig":
         """These settings for an evaluation pass: one centre view per row, no window, no local
         crops (the crop's transform is the training one)."""
@@ -313,12 +297,21 @@ class LoaderConfig:
                 continue
             if f.metadata.get("only_with_local") and self.n_local == 0:
                 continue
-            if "legacy" in f.metadata:
-                v = self.resolved_resampler()
-                if v == f.metadata["legacy"]:
-                    continue
+            if "legacy" in f.metadata and (v := resolve_resampler(self)) == f.metadata["legacy"]:
+                continue
             out[f.name] = self.local_frames_or_derived() if f.name == "local_frames" else v
         return out
+
+
+def resolve_resampler(cfg: LoaderConfig, state: dict | None = None) -> str:
+    """`cfg.resampler`, or when unset: a saved loader state's (`state`, from `state_dict()`: one
+    that names none is LEGACY_RESAMPLER's), or for a new stream DEFAULT_RESAMPLER."""
+    if cfg.resampler is not None:
+        return cfg.resampler
+    if state is None:
+        return DEFAULT_RESAMPLER
+    saved = state.get("config") if isinstance(state, dict) else None
+    return (saved.get("resampler") if isinstance(saved, dict) else None) or LEGACY_RESAMPLER
 
 
 def _is_int(v) -> bool:
@@ -330,6 +323,6 @@ def rust_json(cfg: LoaderConfig, run: dict) -> str:
     arguments."""
     d = cfg.settings() | run
     d["n_workers"] = resolve_workers(d["n_workers"])
-    d["resampler"] = cfg.resolved_resampler()
+    d["resampler"] = resolve_resampler(cfg)
     d["local_frames"] = cfg.local_frames_or_derived() if cfg.n_local else 0
     return json.dumps(d)

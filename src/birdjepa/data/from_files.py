@@ -6,9 +6,16 @@ stream file `DST/data-00000-of-00001.arrow` whose `audio` column is the Hugging 
 `{"bytes": null, "path": PATH}` (absolute paths, or relative to DST with `relative=True`, which
 resolve against the shard's directory), a `file` column, and with `label_from="parent"` a
 `label` column (`ClassLabel`: the sorted names of the files' parent directories, the usual
-one-folder-per-species layout), with the HF features metadata so `class_names` finds them.
+one-folder-per-species layout), with the HF features metadata so `class_names` finds them, and `state.json` /
+`dataset_info.json` beside it, so that `datasets.load_from_disk` opens DST too.
+
+The command line reads every file's header first (`readable`): a file that is not audio (a
+text file named `.wav`), is empty or holds no audio frames is skipped, and the skips are one
+warning line naming them; none readable is an error (exit status 2). It prints the rows and,
+with `--label_from parent`, the rows per class.
 """
 
+import collections
 import json
 import os
 import pathlib
@@ -16,10 +23,18 @@ import sys
 
 import pyarrow as pa
 
+import birdjepa
+import birdjepa.data.audio
+import birdjepa.data.from_annotations
 import birdjepa.runtime.cli_args as cli_args
 
 AUDIO = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
+HEAD_BYTES = 1 << 20
+"""Bytes of a file read to check its header (the whole file only when its header lies beyond
+them, e.g. behind a large cover-art block)."""
+SHOWN = 5
+"""Skipped files named in the warning (the rest are counted)."""
 
 
 def audio_files(sources: list[str]) -> list[pathlib.Path]:
@@ -36,6 +51,39 @@ def audio_files(sources: list[str]) -> list[pathlib.Path]:
         raise FileNotFoundError(f"SRC: expected audio files ({' '.join(SUFFIXES)}), found none "
                                 f"in {sources}")
     return out
+
+
+def problem(path: pathlib.Path) -> str | None:
+    """Why `path` is not a readable recording (its header, `birdjepa.audio.info`), or None."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "an empty file"
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+        try:
+            info = birdjepa.data.audio.info(head)
+        except birdjepa.AudioError:
+            if size <= HEAD_BYTES:
+                raise
+            info = birdjepa.data.audio.info(path)
+    except (OSError, birdjepa.AudioError) as e:
+        return " ".join(str(e).split())[:120]
+    if info["n_frames"] == 0:
+        return "no audio frames"
+    return None
+
+
+def readable(files: list[pathlib.Path]) -> tuple[list[pathlib.Path], list[tuple[str, str]]]:
+    """(the files whose header reads as audio with frames, [(file, why) of the others])."""
+    good, bad = [], []
+    for f in files:
+        why = problem(pathlib.Path(f))
+        if why is None:
+            good.append(f)
+        else:
+            bad.append((str(f), why))
+    return good, bad
 
 
 def write(files, out_dir: str | os.PathLike, *, label_from: str | None = None,
@@ -62,6 +110,8 @@ def write(files, out_dir: str | os.PathLike, *, label_from: str | None = None,
     with pa.OSFile(str(tmp), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
         w.write_table(table)
     os.replace(tmp, path)
+    birdjepa.data.from_annotations.write_state(
+        out_dir, table, f"birdjepa from_files: {len(files)} recordings, path-only")
     return path
 
 
@@ -78,10 +128,29 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
 
 
 def run(a) -> int:
-    """Write the shard as the command line `a` says."""
+    """Write the shard as the command line `a` says: unreadable files skipped (one warning
+    naming them), the rows and rows per class printed; nothing readable: exit status 2."""
     try:
-        out = write(audio_files(a.src), a.out_dir, label_from=a.label_from, relative=a.relative)
+        files = audio_files(a.src)
+        good, bad = readable(files)
+        if not good:
+            raise ValueError(f"SRC: none of the {len(files)} audio files is readable audio: "
+                             + _named(bad))
+        out = write(good, a.out_dir, label_from=a.label_from, relative=a.relative)
     except (FileNotFoundError, ValueError) as e:
         return cli_args.fail(e)
-    print(f"{out}", file=sys.stderr)
+    if bad:
+        print(f"warning: skipped {len(bad)} of {len(files)} files that are not readable audio "
+              f"(no row written): {_named(bad)}", file=sys.stderr)
+    print(f"wrote {out.parent}: {len(good)} recordings "
+          f"({'relative' if a.relative else 'absolute'} paths)")
+    if a.label_from is not None:
+        per = collections.Counter(pathlib.Path(f).parent.name for f in good)
+        print(f"rows per class ({len(per)} classes): "
+              + ", ".join(f"{c} {per[c]}" for c in sorted(per)))
     return 0
+
+
+def _named(bad: list[tuple[str, str]]) -> str:
+    shown = "; ".join(f"{f}: {why}" for f, why in bad[:SHOWN])
+    return shown + (f"; and {len(bad) - SHOWN} more" if len(bad) > SHOWN else "")

@@ -147,7 +147,7 @@ class _OpenedShards:
         stream's config, fingerprint and the JSON the Rust core runs with. An unset
         `resampler` is resolved here: `state`'s (the stream it resumes), else the default."""
         cfg = _make_config(config, settings).check()
-        cfg = self.cfg = dataclasses.replace(cfg, resampler=cfg.resolved_resampler(state))
+        cfg = self.cfg = dataclasses.replace(cfg, resampler=data_config.resolve_resampler(cfg, state))
         self._check_run_args(mode, transform, batch_size, seed, n_classes)
         self.mode, self.batch_size, self.seed = mode, int(batch_size), int(seed)
         self.process_index, self.process_count = int(process_index), int(process_count)
@@ -268,6 +268,7 @@ class Loader(_OpenedShards):
                            debug_delay_s=debug_delay_s, state=state)
         start = 0 if state is None else self._check_state(state)
         self._by_kind: dict[str, int] = {}
+        self._damaged: set[tuple[int, int]] = set()
         self._failures_seen = 0
         self._wait_s = 0.0
         self._yielded = 0
@@ -329,9 +330,14 @@ class Loader(_OpenedShards):
         if out is None:
             self._finished = True
             raise StopIteration
-        step, batch, failures = out
+        step, batch, failures, damaged = out
         self._step = step + 1
         self._yielded += 1
+        for _index, shard, row, message, _kind in damaged:
+            if (shard, row) not in self._damaged:  # once per recording, however often drawn
+                self._damaged.add((shard, row))
+                warnings.warn(f"birdjepa.data: {self.paths[shard]} row {row}: {message}; using "
+                              "what it holds", RuntimeWarning, stacklevel=2)
         for index, shard, row, error, kind in failures:
             self._failures_seen += 1
             n = self._by_kind[kind] = self._by_kind.get(kind, 0) + 1

@@ -29,7 +29,6 @@ small files on a network file system are slow.
 
 import concurrent.futures
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -44,13 +43,10 @@ import birdjepa._rs
 import birdjepa.data.audio
 import birdjepa.data.config as data_config
 import birdjepa.data.ipc
+import birdjepa.data.pack_dst as pack_dst
 import birdjepa.data.paths as data_paths
 import birdjepa.runtime.cli_args as cli_args
 
-PLAN = "pack-plan.json"
-MANIFEST = "pack-manifest.json"
-LOCK = "pack.lock"
-FINAL = ("state.json", "dataset_info.json")
 BATCH_ROWS = 100
 """Rows per record batch, as `datasets` writes audio datasets."""
 
@@ -216,47 +212,12 @@ def _schema(src: Source, sample_rate: int | None = None) -> pa.Schema:
     return s.with_metadata(meta)
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-class Manifest:
-    """DST/pack-manifest.json: {shard name: {"sha256", "size"}} of the shards pack finished."""
-
-    def __init__(self, dst: str):
-        self.path = os.path.join(dst, MANIFEST)
-        self.lock = threading.Lock()
-        self.done: dict[str, dict] = {}
-        if os.path.exists(self.path):
-            with open(self.path) as f:
-                self.done = json.load(f)
-
-    def add(self, name: str, tmp: str) -> None:
-        """Record the finished temporary file `tmp` as shard `name` (before it is renamed)."""
-        entry = {"sha256": _sha256(tmp), "size": os.path.getsize(tmp)}
-        with self.lock:
-            self.done[name] = entry
-            with open(self.path + ".tmp", "w") as f:
-                json.dump(self.done, f)
-            os.replace(self.path + ".tmp", self.path)
-
-    def holds(self, dst: str, name: str) -> bool:
-        """Whether DST/name is the shard pack wrote: listed, same size, same sha256."""
-        want, path = self.done.get(name), os.path.join(dst, name)
-        return (want is not None and os.path.isfile(path)
-                and os.path.getsize(path) == want["size"] and _sha256(path) == want["sha256"])
-
-
 class Stopped(Exception):
     """Another shard's write failed: this one stops too."""
 
 
 def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
-                progress=None, manifest: Manifest | None = None,
+                progress=None, manifest: pack_dst.Manifest | None = None,
                 stop: threading.Event | None = None,
                 max_audio_mb: float = data_paths.MAX_AUDIO_MB,
                 recode: "birdjepa.data.audio.Recoder | None" = None) -> int:
@@ -281,68 +242,6 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
         manifest.add(os.path.basename(path), tmp)
     os.replace(tmp, path)
     return end - start
-
-
-def _resampler(dst: str, resampler: str | None) -> str:
-    """The filter of a pack into `dst`: `resampler`, or when unset the one of the pack being
-    resumed there (a plan that names none: LEGACY_RESAMPLER), else the default."""
-    if resampler is not None:
-        return resampler
-    path = os.path.join(dst, PLAN)
-    if not os.path.exists(path):
-        return data_config.DEFAULT_RESAMPLER
-    with open(path) as f:
-        return json.load(f).get("resampler", data_config.LEGACY_RESAMPLER)
-
-
-def _check_plan(dst: str, want: dict) -> None:
-    path = os.path.join(dst, PLAN)
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        have = json.load(f)
-    if have != want:
-        diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
-        raise birdjepa._rs.BadArgumentError(
-            f"bad argument dst: {dst} holds a pack of different sources or settings (differs in "
-            f"{', '.join(diff)}); pack into another directory or delete it")
-
-
-def _refuse(msg: str):
-    raise birdjepa._rs.BadArgumentError(f"bad argument dst: {msg}")
-
-
-def _check_dst(files: list[str], dst: str, names: list[str]) -> None:
-    """DST apart from every source directory, and holding only files pack writes."""
-    d = os.path.realpath(dst)
-    for s in sorted({os.path.dirname(os.path.realpath(f)) for f in files}):
-        if d == s or d.startswith(s + os.sep) or s.startswith(d + os.sep):
-            rel = "is" if d == s else "is inside" if d.startswith(s + os.sep) else "contains"
-            _refuse(f"expected a directory apart from the source, got {dst}, which {rel} the "
-                    f"source directory {s}")
-    if not os.path.isdir(dst):
-        return
-    present = set(os.listdir(dst))
-    ours = {PLAN, MANIFEST, MANIFEST + ".tmp", LOCK, *FINAL, *names, *(n + ".tmp" for n in names)}
-    if PLAN not in present:
-        ours = {LOCK}  # no plan of ours: whatever is there was written by something else
-    foreign = sorted(present - ours)
-    if foreign:
-        _refuse(f"expected an empty directory or one pack wrote, got {dst} holding "
-                f"{len(foreign)} file(s) pack did not write ({', '.join(foreign[:3])}"
-                f"{' ...' if len(foreign) > 3 else ''}); pack into another directory")
-
-
-def _lock(dst: str) -> int:
-    """An exclusive flock on DST/pack.lock (released when the process ends)."""
-    fd = os.open(os.path.join(dst, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        _refuse(f"expected no other pack writing into {dst}, but one holds "
-                f"{os.path.join(dst, LOCK)}; wait for it or pack into another directory")
-    return fd
 
 
 def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
@@ -426,20 +325,20 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
             "audio_column": audio_column, "audio_root": audio_root, "path_map": path_map or {},
             "ranges": [list(r) for r in ranges], "names": names}
     want |= {"codec": codec, "sample_rate": sample_rate} if recode else {}  # old plans: copies
-    _check_dst(files, dst, names)
+    pack_dst.check_dst(files, dst, names)
     os.makedirs(dst, exist_ok=True)
-    fd = _lock(dst)
+    fd = pack_dst.lock(dst)
     try:
-        _check_dst(files, dst, names)  # again, now that no other pack writes here
+        pack_dst.check_dst(files, dst, names)  # again, now that no other pack writes here
         if recode is not None and sample_rate is not None:
-            recode.resampler = _resampler(dst, resampler)
+            recode.resampler = pack_dst.plan_resampler(dst, resampler)
             if recode.resampler != data_config.LEGACY_RESAMPLER:  # old plans: the legacy one
                 want["resampler"] = recode.resampler
-        _check_plan(dst, want)
-        with open(os.path.join(dst, PLAN), "w") as f:
+        pack_dst.check_plan(dst, want)
+        with open(os.path.join(dst, pack_dst.PLAN), "w") as f:
             json.dump(want, f)
         schema = _schema(src, sample_rate)
-        manifest = Manifest(dst)
+        manifest = pack_dst.Manifest(dst)
         todo = [i for i, nm in enumerate(names) if not manifest.holds(dst, nm)]
         bar = _Progress(sum(ranges[i][1] - ranges[i][0] for i in todo), progress)
         try:

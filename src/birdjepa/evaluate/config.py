@@ -120,7 +120,66 @@ class EvalConfig:
 
 
 def load(path: str) -> EvalConfig:
-    return birdjepa.config.load(path, EvalConfig)
+    """The EvalConfig a TOML file describes, its paths resolved against its directory."""
+    return birdjepa.config.from_dict(EvalConfig, relative_to_toml(
+        birdjepa.config.load_dict(path), path))
+
+
+INPUT_PATHS = ("train_shards", "test_shards", "audio_root")
+"""Keys (top level and in `[[test_sets]]`) holding one path evaluate reads; `encoders` and
+`random` hold lists of them. `out_dir` (what evaluate writes) and `path_map` (stored prefixes
+and where they are now) are left as written."""
+
+
+def relative_to_toml(tables: dict, toml: str | os.PathLike, *,
+                     overridden: typing.Collection[str] = ()) -> dict:
+    """`tables` (a TOML's) with every relative input path (INPUT_PATHS, `encoders`, `random`)
+    joined to the TOML's directory, and each checked to exist (but those of `overridden`
+    top-level keys, which the command line replaces): one ConfigError naming the key, the value
+    and that directory. Keys and types are checked first (`from_dict`)."""
+    birdjepa.config.from_dict(EvalConfig, dict(tables))
+    base = os.path.dirname(str(toml))
+    where = f" in {toml}"
+
+    def one(value, key: str, spec: bool = False):
+        if not isinstance(value, str):
+            return value
+        return _resolve(value, key, base, where if key.split("[")[0] not in overridden
+                        else None, spec)
+
+    out = dict(tables)
+    for key in INPUT_PATHS:
+        if key in out:
+            out[key] = one(out[key], key)
+    for key in ("encoders", "random"):
+        if isinstance(out.get(key), list):
+            out[key] = [one(v, f"{key}[{i}]", key == "encoders") for i, v in enumerate(out[key])]
+    if isinstance(out.get("test_sets"), list):
+        out["test_sets"] = [{k: one(v, f"test_sets[{i}].{k}") if k in INPUT_PATHS else v
+                             for k, v in t.items()} if isinstance(t, dict) else t
+                            for i, t in enumerate(out["test_sets"])]
+    return out
+
+
+def _resolve(value: str, key: str, base: str, where: str | None, spec: bool) -> str:
+    """`value` with its path part joined to `base` when relative; "" stays "". The path part:
+    DIR of a shards "DIR:SPLIT", PATH of an encoder "emb:PATH" or "NAME:PATH", else all of it.
+    A glob is left to the reader; anything else must exist (unchecked with `where` None)."""
+    if not value:
+        return value
+    head, sep, tail = value.partition(":") if spec else ("", "", value)
+    if spec and (not sep or "/" in head):
+        head, sep, tail = "", "", value
+    path, colon, split = tail.rpartition(":")
+    if spec or not path or "/" in split:
+        path, colon, split = tail, "", ""
+    path = os.path.expanduser(path)
+    joined = path if os.path.isabs(path) else os.path.normpath(os.path.join(base, path))
+    if where is not None and not any(c in joined for c in "*?[") and not os.path.exists(joined):
+        rel = f" (relative to {os.path.abspath(base or '.')})" if not os.path.isabs(path) else ""
+        raise birdjepa.config.ConfigError(f"config key {key!r}{where}: expected an existing "
+                                          f"path, got {value!r}{rel}")
+    return head + sep + joined + colon + split
 
 
 def _need(ok, key, expected, got) -> None:
@@ -223,6 +282,8 @@ def cli(argv: list[str] | None = None) -> EvalConfig:
         argv, EvalConfig, prog="python -m birdjepa.evaluate",
         description="Evaluate frozen encoders with probes on a soundscape test split (BirdSet "
         "protocol). Load a config with --cfg FILE.toml first; its [[test_sets]] tables (several "
-        "test sets) are set in the TOML only.")
+        "test sets) are set in the TOML only. Paths in the TOML are relative to its "
+        "directory (out_dir excepted), paths on the command line to the current directory.",
+        toml_paths=relative_to_toml)
     validate(cfg)
     return cfg

@@ -244,3 +244,26 @@ def counts(labels_nc: np.ndarray) -> dict[str, int]:
     return {"n_segments": int(len(y)), "n_labelled": int(y.any(1).sum()),
             "n_classes": int(y.shape[1]), "n_classes_scored": int((pos > 0).sum()),
             "n_classes_cmap5": int((pos >= CMAP5_MIN_POSITIVES).sum())}
+
+
+def chance(labels_nc: np.ndarray) -> dict[str, float]:
+    """Each metric's chance level on these labels: its expected value for scores that ignore the
+    audio (a random ranking), the line a plot draws. cmAP (cmAP5): the mean prevalence
+    (positives / segments) over the classes it averages (NaN: none); AUROC 0.5 per class, so
+    `auroc` 0.5 x the share of classes with positives and negatives (the rest score 0) and
+    `auroc_present` 0.5; top-1: the mean over labelled segments of positives / classes."""
+    y = np.asarray(labels_nc).astype(bool)
+    n, c = y.shape
+    pos = y.sum(0)
+    prevalence = pos / max(n, 1)
+    both = (pos > 0) & (pos < n)
+    labelled = y[y.any(1)]
+
+    def mean(x):
+        return float(x.mean()) if len(x) else float("nan")
+    return {"cmap": mean(prevalence[pos > 0]),
+            "cmap5": mean(prevalence[pos >= CMAP5_MIN_POSITIVES]),
+            "auroc": 0.5 * float(both.sum()) / c if c else float("nan"),
+            "auroc_present": 0.5 if both.any() else float("nan"),
+            "top1": mean(labelled.sum(1) / c)}
+

@@ -64,12 +64,13 @@ def _group_rows(base: dict, runs: list[dict], y_test, cfg: config.EvalConfig) ->
     few_shot = runs[0]["k"] != 0
     need = not (few_shot and len(runs) < intervals.MIN_SEEDS)
     reps = _replicates([r["scores"] for r in runs], y_test, cfg.n_boot) if need else None
+    chance = metrics.chance(y_test)
     rows = []
     for m in metrics.METRICS:
         values = [r["metrics"][m] for r in runs]
         s = intervals.summarise(values, None if reps is None else reps[m], few_shot=few_shot)
         group = {"n_seeds": s.n_seeds, "mean": s.mean, "sd": s.sd, "min": s.min, "max": s.max,
-                 "lo": s.lo, "hi": s.hi, "interval": s.method}
+                 "lo": s.lo, "hi": s.hi, "interval": s.method, "chance": chance[m]}
         for r, v in zip(runs, values, strict=True):
             rows.append({**base, "k": k_label(r["k"]), "seed": r["seed"], "metric": m,
                          "value": v, **group, **r["info"]})

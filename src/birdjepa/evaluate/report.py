@@ -145,10 +145,67 @@ def provenance(rows: list[dict], objectives: dict[str, str] | None = None) -> st
     return "\n".join(out)
 
 
-def plot(rows: list[dict], path, metric_list=None) -> None:
+def best_probes(rows: list[dict], test_set: str, metric: str) -> list[tuple[str, str]]:
+    """(encoder, probe) per encoder: the probe with the highest mean `metric` on `test_set` at
+    the largest k it has (k = all first; NaN never wins; a tie keeps the first probe)."""
+    by = groups(rows)
+    best: dict[str, tuple[float, float, str]] = {}
+    for r in rows:
+        if r["test_set"] != test_set or r["metric"] != metric:
+            continue
+        g = by[(test_set, r["encoder"], r["probe"], str(r["k"]), metric)]
+        score = (kkey(r["k"]), g["mean"] if np.isfinite(g["mean"]) else -np.inf)
+        if r["encoder"] not in best or score > best[r["encoder"]][:2]:
+            best[r["encoder"]] = (*score, r["probe"])
+    return [(e, p) for e, (_, _, p) in best.items()]
+
+
+def _note(rows: list[dict], test_set: str, metric: str) -> str:
+    """Why a panel has no value: cmAP5 without a class of >= 5 positives, else no finite one."""
+    r = next((r for r in rows if r["test_set"] == test_set), {})
+    if metric == "cmap5" and r.get("n_classes_cmap5") == 0:
+        return (f"no value: no class has >= {metrics.CMAP5_MIN_POSITIVES} positive\n"
+                f"segments in {test_set} (cmAP5 averages only those)")
+    return f"no value: {metric} is undefined on\n{test_set} (see results.md)"
+
+
+def _chance(rows: list[dict], test_set: str, metric: str) -> float | None:
+    vals = [r.get("chance") for r in rows if r["test_set"] == test_set and r["metric"] == metric]
+    vals = [float(v) for v in vals if v is not None and np.isfinite(v)]
+    return vals[0] if vals else None
+
+
+def panels(rows: list[dict], metric_list=None, *, all_probes: bool = False) -> list[dict]:
+    """What `plot` draws, per panel: test_set, metric, title, series ((encoder, probe): every
+    pair with `all_probes`, else each encoder's `best_probes`), chance (the metric's chance
+    level on the test set's labels, None where undefined or not recorded) and note (why the
+    panel has no value; None when it has one)."""
+    by = groups(rows)
+    sets = _unique(r["test_set"] for r in rows)
+    mets = [m for m in (metric_list or metrics.METRICS) if any(r["metric"] == m for r in rows)]
+    pairs = _unique((r["encoder"], r["probe"]) for r in rows)
+    out = []
+    for ts in sets:
+        for m in mets:
+            series = pairs if all_probes else best_probes(rows, ts, m)
+            series = [(e, p) for e, p in series if any(
+                key[:3] == (ts, e, p) and key[4] == m and np.isfinite(g["mean"])
+                for key, g in by.items())]
+            title = m if len(sets) == 1 else f"{ts}: {m}"
+            if not all_probes and series:
+                title += " (best probe per encoder)"
+            out.append({"test_set": ts, "metric": m, "title": title, "series": series,
+                        "chance": _chance(rows, ts, m),
+                        "note": None if series else _note(rows, ts, m)})
+    return out
+
+
+def plot(rows: list[dict], path, metric_list=None, *, all_probes: bool = False) -> list[dict]:
     """PNG: one panel per metric (per test set and metric with several test sets), at most 3
     across; the metric against k with the tables' intervals as error bars; colour = encoder,
-    marker and line style = probe; the legend below the panels, never over data."""
+    marker and line style = probe; each encoder's best probe (`best_probes`; `all_probes`:
+    every probe); a dotted chance line where chance is defined; a panel without a value says
+    why; the legend below the panels, never over data. Returns `panels`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -156,49 +213,65 @@ def plot(rows: list[dict], path, metric_list=None) -> None:
     import matplotlib.pyplot as plt
 
     by = groups(rows)
-    sets = _unique(r["test_set"] for r in rows)
-    mets = [m for m in (metric_list or metrics.METRICS) if any(r["metric"] == m for r in rows)]
+    drawn = panels(rows, metric_list, all_probes=all_probes)
     ks = sorted(_unique(str(r["k"]) for r in rows), key=kkey)
-    pairs = _unique((r["encoder"], r["probe"]) for r in rows)
-    encs, kinds = _unique(e for e, _ in pairs), _unique(p for _, p in pairs)
-    panels = [(ts, m) for ts in sets for m in mets]
-    ncols = min(3, len(panels))
-    nrows = -(-len(panels) // ncols)
+    pairs = _unique(s for p in drawn for s in p["series"])
+    encs = _unique(r["encoder"] for r in rows)
+    kinds = _unique(p for _, p in pairs)
+    ncols = min(3, len(drawn))
+    nrows = -(-len(drawn) // ncols)
     handles = [matplotlib.lines.Line2D([], [], color=f"C{i % 10}", lw=3, label=e)
                for i, e in enumerate(encs)]
     handles += [matplotlib.lines.Line2D([], [], color="0.3", marker=MARKERS[i % len(MARKERS)],
                                         ls=STYLES[i % len(STYLES)], label=f"probe: {p}")
                 for i, p in enumerate(kinds)]
+    if any(p["chance"] is not None for p in drawn):
+        handles.append(matplotlib.lines.Line2D([], [], color="0.5", ls=(0, (1, 2)),
+                                               label="chance"))
     legend_rows = -(-len(handles) // 4)
     legend_in = 0.3 + 0.25 * legend_rows
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows + legend_in),
                              squeeze=False)
-    for ax, (ts, m) in zip(axes.flat, panels, strict=False):
-        for n, (enc, probe) in enumerate(pairs):
-            gs = [(x + 0.06 * (n - (len(pairs) - 1) / 2), by.get((ts, enc, probe, k, m)))
-                  for x, k in enumerate(ks)]
-            gs = [(x, g) for x, g in gs if g is not None]
-            if not gs:
-                continue
-            xs, mean = np.array([x for x, _ in gs]), np.array([g["mean"] for _, g in gs])
-            err = np.abs(np.array([[g["lo"], g["hi"]] for _, g in gs]).T - mean)
-            i = kinds.index(probe)
-            ax.errorbar(xs, mean, yerr=np.nan_to_num(err), ls=STYLES[i % len(STYLES)],
-                        marker=MARKERS[i % len(MARKERS)], ms=5, capsize=2, lw=1.2,
-                        color=f"C{encs.index(enc) % 10}")
-        ax.set_xticks(range(len(ks)), ks)
-        ax.set_xlim(-0.5, len(ks) - 0.5)
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-        ax.set_xlabel("training recordings per class (k)")
-        ax.set_title(m if len(sets) == 1 else f"{ts}: {m}")
-    for ax in list(axes.flat)[len(panels):]:
+    for ax, panel in zip(axes.flat, drawn, strict=False):
+        _panel(ax, panel, by, ks, encs, kinds)
+    for ax in list(axes.flat)[len(drawn):]:
         ax.set_visible(False)
     fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), frameon=False,
                fontsize=9)
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return drawn
+
+
+def _panel(ax, panel: dict, by: dict, ks: list[str], encs: list[str], kinds: list[str]) -> None:
+    """One metric on one test set: its series, chance line and note (`panels`)."""
+    ts, m, series = panel["test_set"], panel["metric"], panel["series"]
+    for n, (enc, probe) in enumerate(series):
+        gs = [(x + 0.06 * (n - (len(series) - 1) / 2), by.get((ts, enc, probe, k, m)))
+              for x, k in enumerate(ks)]
+        gs = [(x, g) for x, g in gs if g is not None]
+        xs, mean = np.array([x for x, _ in gs]), np.array([g["mean"] for _, g in gs])
+        err = np.abs(np.array([[g["lo"], g["hi"]] for _, g in gs]).T - mean)
+        i = kinds.index(probe)
+        ax.errorbar(xs, mean, yerr=np.nan_to_num(err), ls=STYLES[i % len(STYLES)],
+                    marker=MARKERS[i % len(MARKERS)], ms=5, capsize=2, lw=1.2,
+                    color=f"C{encs.index(enc) % 10}")
+    if panel["chance"] is not None:
+        ax.axhline(panel["chance"], color="0.5", ls=(0, (1, 2)), lw=1.2, zorder=0)
+        ax.annotate(f"chance {panel['chance']:.3f}", (1.0, panel["chance"]),
+                    xycoords=("axes fraction", "data"), xytext=(-2, 2),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=7,
+                    color="0.4")
+    if panel["note"]:
+        ax.text(0.5, 0.5, panel["note"], transform=ax.transAxes, ha="center", va="center",
+                fontsize=8, color="0.3", wrap=True)
+    ax.set_xticks(range(len(ks)), ks)
+    ax.set_xlim(-0.5, len(ks) - 0.5)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_xlabel("training recordings per class (k)")
+    ax.set_title(panel["title"], fontsize=10)
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -220,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                 "of them)")
     ap.add_argument("--out", help="also write the tables to this file")
     ap.add_argument("--plot", help="write the plot to this PNG file")
+    ap.add_flag("all_probes", "plot every probe of every encoder (default: each encoder's best "
+                "probe per panel, by its mean at the largest k)")
     ap.add_argument("--out_dir", help="write the merged results.parquet and results.csv into "
                     "this directory")
     args = ap.parse_args(argv)
@@ -232,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         pathlib.Path(args.out).write_text(text + "\n")
     if args.plot:
-        plot(rows, args.plot, args.metric)
+        plot(rows, args.plot, args.metric, all_probes=args.all_probes)
     if args.out_dir:
         results.write(rows, args.out_dir)
     return 0

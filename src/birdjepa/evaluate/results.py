@@ -7,7 +7,8 @@ Columns (SCHEMA, in order):
 * the group's numbers (the same on every seed's row of one test set, encoder, probe, k and
   metric): `n_seeds`, `mean`, `sd` (over seeds), `min`, `max`, `lo`, `hi` (the interval) and
   `interval` (its method: "bootstrap-segments", "bootstrap-seeds+segments" or "min-max", see
-  `birdjepa.evaluate.intervals`);
+  `birdjepa.evaluate.intervals`) and `chance` (the metric's chance level on this test set's
+  labels, `birdjepa.evaluate.metrics.chance`; NaN in files written before it existed);
 * the run: `n_train_recordings`, `n_train_windows`, `n_steps`, `loss_first`, `loss_last`,
   `fit_s`; the test set: `n_segments`, `n_labelled`, `n_classes`, `n_classes_scored`,
   `n_classes_cmap5`;
@@ -43,7 +44,7 @@ SCHEMA = pa.schema(
     + [("seed", pa.int64()), ("metric", pa.string()), ("value", pa.float64()),
        ("n_seeds", pa.int64())]
     + [(c, pa.float64()) for c in ("mean", "sd", "min", "max", "lo", "hi")]
-    + [("interval", pa.string())]
+    + [("interval", pa.string()), ("chance", pa.float64())]
     + [(c, pa.int64()) for c in ("n_train_recordings", "n_train_windows", "n_steps")]
     + [(c, pa.float64()) for c in ("loss_first", "loss_last", "fit_s")]
     + [(c, pa.int64()) for c in ("n_segments", "n_labelled", "n_classes", "n_classes_scored",
@@ -95,7 +96,10 @@ def read(path: str | pathlib.Path) -> list[dict]:
                if c not in t.column_names]
     if missing:
         raise ValueError(f"{p}: expected a birdjepa results table, missing columns {missing}")
-    return t.to_pylist()
+    rows = t.to_pylist()
+    for r in rows:  # files written before the column existed
+        r.setdefault("chance", float("nan"))
+    return rows
 
 
 def merge(*files_rows: list[dict]) -> list[dict]:

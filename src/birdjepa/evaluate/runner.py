@@ -16,6 +16,7 @@ test sets, BirdSet-style.
 import dataclasses
 import hashlib
 import json
+import os
 import pathlib
 import sys
 import time
@@ -151,7 +152,11 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
             digest=birdjepa.runtime.integrity.checkpoint_digest(run_dir, restored.step),
             objective=tcfg.objective.name,
             audio=birdjepa.models.artifact.run_input(tcfg.data, run_dir)))
-    for path in cfg.random:
+    for i, path in enumerate(cfg.random):
+        if not os.path.isfile(path):
+            raise birdjepa.config.ConfigError(
+                f"config key 'random[{i}]': expected an existing training config TOML, got "
+                f"{path!r} (relative to the current directory, {os.getcwd()})")
         model, tcfg = random_encoder(path)
         out.append(Encoder(
             name=f"random-{pathlib.Path(path).stem}", model=model, run_dir="", step=-1,

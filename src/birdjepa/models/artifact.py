@@ -133,7 +133,7 @@ def run_input(d, what: str) -> dict:
     """The input settings of a run trained on loader settings `d` (its config's data)."""
     return input_settings(dict(sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames,
                                window_s=d.clip_s, mean=d.mean, std=d.std, pad=d.pad,
-                               resampler=d.resolved_resampler()), what)
+                               resampler=birdjepa.data.config.resolve_resampler(d)), what)
 
 
 def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:

@@ -42,8 +42,10 @@ def parser() -> cli_args.Parser:
     p.add_argument("--format", choices=("table", "raven"), default="table",
                    help="table: the rows above (format from --out's suffix); raven: Raven Pro "
                    "selection tables (audio-file SOURCEs), with --out FILE.txt one combined "
-                   "table (Begin Path, File Offset (s)) or with --out_dir DIR one "
-                   "<recording>.selections.txt per recording")
+                   "table on the file sequence of every recording (times cumulative over the "
+                   "recordings in path order; Begin Path, File Offset (s) within the recording) "
+                   "and its file list FILE.list.txt, or with --out_dir DIR one "
+                   "<recording>.selections.txt per recording (times within it)")
     p.add_argument("--out_dir", default=None,
                    help="with --format raven: the directory for one selection table per "
                    "recording (instead of --out)")
@@ -137,7 +139,9 @@ def run(args: argparse.Namespace) -> dict:
         raven.write_per_recording(cols, args.out_dir, sorted(set(where["file"].to_pylist())),
                                   m.audio["sample_rate"])
     elif args.format == "raven":
-        raven.write_combined(cols, args.out, m.audio["sample_rate"])
+        durations = dict(zip(where["file"].to_pylist(), where["duration_s"].to_pylist(),
+                             strict=True))
+        raven.write_combined(cols, args.out, m.audio["sample_rate"], durations)
     else:
         runner.write(cols, args.out)
     return cols

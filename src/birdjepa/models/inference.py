@@ -19,7 +19,6 @@ import os
 import pathlib
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 
 import equinox as eqx
@@ -37,12 +36,10 @@ import birdjepa.model
 import birdjepa.models
 import birdjepa.models.artifact
 import birdjepa.models.bird_mae
+import birdjepa.models.failures
 import birdjepa.runtime.rundir
 
 POOLS = ("cls", "mean", "patches")
-SKIPPED = (birdjepa.AudioError, birdjepa.DatasetError, OSError)
-"""What makes a recording a counted skip: undecodable audio, a path-only file that is missing
-(OSError) or not a regular file within max_audio_mb (DatasetError)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +121,8 @@ def input_of(model) -> dict:
     d = birdjepa.data.LoaderConfig()
     return birdjepa.models.artifact.input_settings(dict(
         sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames, window_s=d.clip_s,
-        mean=d.mean, std=d.std, pad=d.pad, resampler=d.resolved_resampler()), "model")
+        mean=d.mean, std=d.std, pad=d.pad,
+        resampler=birdjepa.data.config.resolve_resampler(d)), "model")
 
 
 def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, int, int]:
@@ -184,41 +182,11 @@ def _items(source, audio_column: str, channels_first: bool = False, *, audio_roo
                 row += 1
 
 
-class Failures:
-    """Recordings that could not be embedded, by kind (the exception's type), each named by
-    file or row; `summary` counts them and names the first few."""
-
-    def __init__(self, what: str = "embed"):
-        self.what, self.by_kind, self.n_items = what, {}, 0
-
-    def add(self, name: str, e: BaseException) -> None:
-        msg = " ".join(str(e).split())
-        kind = type(e).__name__
-        self.by_kind.setdefault(kind, []).append(f"{name}: {kind}: {msg}")
-
-    def __len__(self) -> int:
-        return sum(map(len, self.by_kind.values()))
-
-    def summary(self, first: int = 3) -> str:
-        kinds = ", ".join(f"{len(v)} {k}" for k, v in self.by_kind.items())
-        names = [n for v in self.by_kind.values() for n in v][:first]
-        more = f" (+{len(self) - first} more)" if len(self) > first else ""
-        return (f"{self.what}: skipped {len(self)} of {self.n_items} recording(s) that failed "
-                f"to decode ({kinds}): " + "; ".join(names) + more)
-
-    def report(self) -> None:
-        """Nothing, one warning, or (every recording failed) an error."""
-        if not self:
-            return
-        if len(self) == self.n_items:
-            raise birdjepa.CorruptAudioError(self.summary().replace(
-                "skipped", "every recording failed:", 1))
-        warnings.warn(self.summary(), RuntimeWarning, stacklevel=4)
-
-
 def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB):
-    """(duration_s, window starts, window(start) -> normalised features) of one recording (a
-    path: a regular file of at most `max_audio_mb` MB, birdjepa.data.paths.read_file)."""
+    """(duration_s, window starts, window(start) -> (normalised features, None or where the
+    data stops early), None or why the data stops early) of one recording (a path: a regular
+    file of at most `max_audio_mb` MB, birdjepa.data.paths.read_file). A recording without a
+    length in its header is decoded to count: its length is what the data holds."""
     if item is None:
         raise birdjepa.EmptyAudioError("no audio (neither bytes nor a path)")
     if isinstance(item, tuple):
@@ -232,44 +200,52 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
             piece = np.zeros(win, np.float32)
             piece[: len(x[a : a + win])] = x[a : a + win]
             return w.normalise(birdjepa.data.audio.fbank(piece, sample_rate=w.sample_rate,
-                                                         n_mels=w.n_mels))
-        return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut
+                                                         n_mels=w.n_mels)), None
+        return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut, None
     data = (birdjepa.data.paths.read_file(item, max_audio_mb) if isinstance(item, str | os.PathLike)
             else birdjepa.data.audio._bytes(item))
     info = birdjepa.data.audio.info(data)
     n, sr = info["n_frames"], info["sample_rate"]
-    if n is None:  # no length in the header: decode to count
-        n = len(birdjepa.data.audio.decode(data)[0])
+    damage = None
+    if n is None:  # no length in the header: decode to count (what the data holds)
+        wave, _sr, _seeked, damage = birdjepa._rs.decode(data)
+        n, damage = len(wave), damage and damage["message"]
 
-    def clip(s):
-        return w.normalise(birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
-                                                    sample_rate=w.sample_rate, n_mels=w.n_mels,
-                                                    resampler=w.resampler))
-    return n / sr, w.starts(n, sr), clip
+    def clip(s):  # (features, None or where the data stops early)
+        feats, damage = birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
+                                                 sample_rate=w.sample_rate, n_mels=w.n_mels,
+                                                 resampler=w.resampler, with_damage=True)
+        return w.normalise(feats), damage
+    return n / sr, w.starts(n, sr), clip, damage
 
 
-def _window_tasks(items, w: Windows, failures: Failures, durations: dict | None,
+def _window_tasks(items, w: Windows, failures: birdjepa.models.failures.Failures, durations: dict | None,
                   max_audio_mb: float):
     """(row, name, start_s, features thunk) per window, recording after recording; a recording
     whose header cannot be read is a counted failure."""
     for row, name, item in items:
         failures.n_items += 1
         try:
-            dur, starts, fn = _plan(item, w, max_audio_mb)
-        except SKIPPED as e:
+            dur, starts, fn, damage = _plan(item, w, max_audio_mb)
+        except birdjepa.models.failures.SKIPPED as e:
             failures.add(name, e)
             continue
+        if damage is not None:
+            failures.damaged[name] = damage
         if durations is not None:
             durations[row] = dur
         for s in starts:
             yield row, name, s, fn
 
 
-def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures: Failures,
+def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures: birdjepa.models.failures.Failures,
                    durations: dict | None, max_audio_mb: float):
     """Windows transformed in `n_workers` threads, at most ~2 batches ahead of the consumer
     (memory flat in the number and length of recordings), regrouped into full batches (only the
-    last is short). A window that fails drops the rest of its recording (named in failures)."""
+    last is short). A window that fails drops the rest of its recording (named in failures),
+    unless the recording's data stops early (a truncated file): then the windows up to the damage
+    are kept (the last one padded: `durations` becomes where the data ends), the ones after it
+    dropped, and the recording is named in `failures.damaged`."""
     tasks = _window_tasks(items, w, failures, durations, max_audio_mb)
     ahead = max(2 * batch_size, 4 * n_workers)
     queue, failed = collections.deque(), set()
@@ -289,11 +265,19 @@ def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures:
             if row in failed:
                 continue
             try:
-                x = fut.result()
-            except SKIPPED as e:
+                x, damage = fut.result()
+            except birdjepa.models.failures.SKIPPED as e:
                 failed.add(row)
-                failures.add(name if s == 0 else f"{name} at {s:g} s", e)
+                if s > 0 and isinstance(e, birdjepa.EmptyAudioError) and "after the data ends" \
+                        in str(e):  # past the damage: the windows before it stand
+                    failures.damaged.setdefault(name, str(e).split("after ", 1)[1])
+                else:
+                    failures.add(name if s == 0 else f"{name} at {s:g} s", e)
                 continue
+            if damage is not None:  # this window reaches the damage: the recording ends there
+                failures.damaged.setdefault(name, damage["message"])
+                if durations is not None:
+                    durations[row] = min(durations.get(row, np.inf), damage["end_s"])
             xs.append(x)
             rows.append(row)
             starts.append(s)
@@ -342,7 +326,7 @@ def _loader_features(source, w: Windows, batch_size: int, audio_column: str, n_w
 
 def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "audio",
              n_workers: int = 2, engine: str = "auto", channels_first: bool = False,
-             durations: dict | None = None, failures: Failures | None = None,
+             durations: dict | None = None, failures: birdjepa.models.failures.Failures | None = None,
              audio_root: str = "", path_map: dict[str, str] | None = None,
              max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB
              ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -352,7 +336,7 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
     `n_workers` threads (the Rust code drops the GIL), about two batches of windows ahead of the
     consumer and regrouped so only the last batch is short; "auto" takes the loader where it
     applies (centre windows of a table source). "clip" fills `durations` (row -> seconds) when
-    given; with `failures` given the caller reports them (`Failures.report`), else a recording
+    given; with `failures` given the caller reports them (`birdjepa.models.failures.Failures.report`), else a recording
     that fails is a counted skip with one warning at the end (all failing: an error). Path-only
     rows of a table resolve with `audio_root` / `path_map` (birdjepa.data.paths.resolve, the
     loader's rule) and are read only if they are regular files within `max_audio_mb` MB."""
@@ -370,7 +354,7 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
         yield from _loader_features(source, w, batch_size, audio_column, n_workers, dict(
             audio_root=audio_root, path_map=path_map or None, max_audio_mb=max_audio_mb))
         return
-    fails = Failures() if failures is None else failures
+    fails = birdjepa.models.failures.Failures() if failures is None else failures
     items = _items(source, audio_column, channels_first, audio_root=audio_root,
                    path_map=path_map)
     yield from _clip_features(items, w, batch_size, n_workers, fails, durations, max_audio_mb)

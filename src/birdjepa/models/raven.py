@@ -1,12 +1,21 @@
 """Raven Pro selection tables from `python -m birdjepa.predict ... --format raven`: one
 tab-separated row per detection, with the columns Raven opens (`Selection`, `View`, `Channel`,
 `Begin Time (s)`, `End Time (s)`, `Low Freq (Hz)`, `High Freq (Hz)`) plus `Species`,
-`Confidence` and `Class Index`. Times are within the recording. The band is the model's: the
-fbank's lowest frequency (Kaldi's low_freq, 20 Hz, which `birdjepa.data.audio.clip` uses) to the
-Nyquist frequency of the model's sample rate. One combined table (`write_combined`, with
-`Begin Path` and `File Offset (s)` so Raven finds each recording) or one
-`<recording>.selections.txt` per recording (`write_per_recording`, header only when a recording
-has no detection)."""
+`Confidence`, `Class Index` and `Padded (s)` (seconds of zero padding past the recording's end
+in the detection's window: the last window of a recording is padded, and says so). The band is
+the model's: the fbank's lowest frequency (Kaldi's low_freq, 20 Hz, which
+`birdjepa.data.audio.clip` uses) to the Nyquist frequency of the model's sample rate.
+
+One `<recording>.selections.txt` per recording (`write_per_recording`, header only when a
+recording has no detection): times within the recording. Or one combined table over every
+recording read (`write_combined`), as BirdNET-Analyzer writes it: Raven opens a table of
+several files as one file sequence, so `Begin Time (s)` / `End Time (s)` are times on that
+sequence (the recordings in path order, each starting where the one before ended: its offset is
+the sum of the durations, from their headers, of the recordings before it), `File Offset (s)`
+the start within the recording and `Begin Path` the recording. Beside it, `<table>.list.txt`
+lists the recordings in sequence order, one absolute path per line (BirdNET's list file: open
+it in Raven as the file sequence the table is placed on); recordings without detections are in
+it and take their place in the sequence."""
 
 import os
 import pathlib
@@ -17,8 +26,10 @@ LOW_FREQ_HZ = 20.0
 """The fbank's lowest mel edge (Kaldi's low_freq default; the transform passes no other)."""
 COLUMNS = ("Selection", "View", "Channel", "Begin Time (s)", "End Time (s)", "Low Freq (Hz)",
            "High Freq (Hz)")
-DETECTION = ("Species", "Confidence", "Class Index")
+DETECTION = ("Species", "Confidence", "Class Index", "Padded (s)")
 COMBINED = ("Begin Path", "File Offset (s)")
+LIST_SUFFIX = ".list.txt"
+"""What replaces the combined table's suffix in the name of its file list."""
 
 
 def _cell(v) -> str:
@@ -28,30 +39,56 @@ def _cell(v) -> str:
 
 
 def _lines(det: dict[str, pa.Array], idx: list[int], sample_rate: int,
-           combined: bool) -> list[str]:
-    cols = COLUMNS + DETECTION + (COMBINED if combined else ())
+           offsets: dict[str, float] | None) -> list[str]:
+    """Header and rows `idx`; with `offsets` (file -> sequence offset) the combined layout."""
+    cols = COLUMNS + DETECTION + (COMBINED if offsets is not None else ())
     out = ["\t".join(cols)]
     start, end = det["start_s"].to_pylist(), det["end_s"].to_pylist()
     cls, conf = det["class"].to_pylist(), det["confidence"].to_pylist()
     k, files = det["class_index"].to_pylist(), det["file"].to_pylist()
+    padded = det["padded_s"].to_pylist()
     for n, i in enumerate(idx, 1):
-        row = [n, "Spectrogram 1", 1, float(start[i]), float(end[i]), LOW_FREQ_HZ,
-               sample_rate / 2.0, cls[i], float(conf[i]), k[i]]
-        if combined:
+        at = 0.0 if offsets is None else offsets[files[i]]
+        row = [n, "Spectrogram 1", 1, at + float(start[i]), at + float(end[i]), LOW_FREQ_HZ,
+               sample_rate / 2.0, cls[i], float(conf[i]), k[i], float(padded[i])]
+        if offsets is not None:
             row += [os.path.abspath(files[i]), float(start[i])]
         out.append("\t".join(map(_cell, row)))
     return out
 
 
-def write_combined(det: dict[str, pa.Array], path: str | os.PathLike, sample_rate: int
-                   ) -> pathlib.Path:
-    """Every detection in one table, ordered by file then time."""
+def list_path(path: str | os.PathLike) -> pathlib.Path:
+    """The file list beside combined table `path` (`detections.txt` -> `detections.list.txt`)."""
+    path = pathlib.Path(path)
+    return path.with_name(path.name.rsplit(".", 1)[0] + LIST_SUFFIX)
+
+
+def sequence(durations: dict[str, float]) -> dict[str, float]:
+    """{recording: its offset on the file sequence}: recordings in absolute-path order, each
+    offset the sum of the durations of the recordings before it."""
+    offsets, at = {}, 0.0
+    for f in sorted(durations, key=os.path.abspath):
+        offsets[f] = at
+        at += float(durations[f])
+    return offsets
+
+
+def write_combined(det: dict[str, pa.Array], path: str | os.PathLike, sample_rate: int,
+                   durations: dict[str, float]) -> tuple[pathlib.Path, pathlib.Path]:
+    """Every detection in one table on the file sequence of `durations` (recording -> seconds,
+    every recording read), ordered by sequence time; and its file list. Returns both paths."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    offsets = sequence(durations)
     files, start = det["file"].to_pylist(), det["start_s"].to_pylist()
-    idx = sorted(range(len(files)), key=lambda i: (files[i], start[i]))
-    path.write_text("\n".join(_lines(det, idx, sample_rate, True)) + "\n")
-    return path
+    missing = sorted(set(files) - set(offsets))
+    if missing:
+        raise ValueError(f"raven: detections of {missing[0]!r}, a recording without a duration")
+    idx = sorted(range(len(files)), key=lambda i: (offsets[files[i]] + start[i], files[i]))
+    path.write_text("\n".join(_lines(det, idx, sample_rate, offsets)) + "\n")
+    listed = list_path(path)
+    listed.write_text("".join(os.path.abspath(f) + "\n" for f in offsets))
+    return path, listed
 
 
 def names(files: list[str]) -> dict[str, str]:
@@ -79,6 +116,6 @@ def write_per_recording(det: dict[str, pa.Array], out_dir: str | os.PathLike,
     for f, name in names(list(dict.fromkeys(recordings))).items():
         idx = sorted(groups.get(f, []), key=lambda i: start[i])
         path = out_dir / f"{name}.selections.txt"
-        path.write_text("\n".join(_lines(det, idx, sample_rate, False)) + "\n")
+        path.write_text("\n".join(_lines(det, idx, sample_rate, None)) + "\n")
         written.append(path)
     return written

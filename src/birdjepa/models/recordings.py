@@ -24,6 +24,7 @@ import birdjepa
 import birdjepa.data.paths
 import birdjepa.data.table as table
 import birdjepa.models.artifact as export
+import birdjepa.models.failures
 import birdjepa.models.inference as embed
 import birdjepa.runtime.cli_args as cli_args
 
@@ -193,7 +194,7 @@ def encode(m: export.Model, src: Source, w: embed.Windows, pools: tuple[str, ...
     """`birdjepa.models.inference.encode` over the windows of `src`, with a progress bar;
     `durations` (row -> seconds) is filled; `settings`: `files(args)`. Recordings that fail
     are counted skips, summed up by kind in one warning at the end (all failing: an error)."""
-    failures = embed.Failures(what="SOURCE")
+    failures = birdjepa.models.failures.Failures(what="SOURCE")
     batches = embed.features(src.data, w, batch_size=batch_size, audio_column=audio_column,
                              n_workers=n_workers, engine="clip", durations=durations,
                              failures=failures, **(settings or files(None)))

@@ -1,4 +1,5 @@
-"""Run logging: metrics.jsonl, wandb, compact console lines, and a loss/accuracy plot."""
+"""Run logging: metrics.jsonl, wandb, compact console lines, and the curves of the objective's
+terms and accuracy (curves.png)."""
 
 import json
 import math
@@ -8,6 +9,7 @@ import time
 import typing
 
 import birdjepa.config
+import birdjepa.config.losses
 import birdjepa.runtime.rundir
 
 
@@ -155,39 +157,58 @@ def truncate(path: pathlib.Path, *, after_step: int) -> int:
     return len(rows) - len(keep)
 
 
-def plot(metrics_path: pathlib.Path, png_path: pathlib.Path) -> None:
-    """Training loss (log scale) and train/eval probe accuracy against step."""
+def plot(metrics_path: pathlib.Path, png_path: pathlib.Path,
+         objective: str | None = None) -> list[tuple[str, list[str]]]:
+    """The objective's own curves against step: `loss` (log scale) with the online probe's
+    loss, a panel per loss term when the objective has several (LeJEPA: `sigreg` and `inv`,
+    birdjepa.config.losses.TERMS; one term is the loss itself and names its panel), and
+    train/eval accuracy. `objective` None: the one whose terms the rows hold. Returns the
+    panels drawn: (title, labels of its lines)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = read(metrics_path)
+    terms = birdjepa.config.losses.TERMS
+    if objective is None:
+        objective = next((n for n, t in terms.items() if t and all(
+            any(k in r for r in rows) for k in t)), "probe_only")
 
     def series(key):
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float)]
         return [p[0] for p in pts], [p[1] for p in pts]
 
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.5))
-    xs, ys = series("loss")
-    ax_loss.plot(xs, ys, label="train loss")
-    if ys and min(ys) > 0:
-        ax_loss.set_yscale("log")
-    ax_loss.set_xlabel("step")
-    ax_loss.set_title("loss")
-    for key, label in [
-        ("probe_acc", "probe (train)"),
-        ("eval/probe_acc", "probe (eval)"),
-        ("train_acc", "head (train)"),
-        ("eval/head_acc", "head (eval)"),
-    ]:
-        xs, ys = series(key)
-        if xs:
-            ax_acc.plot(xs, ys, "o-" if key.startswith("eval/") else "-", label=label)
-    ax_acc.set_ylim(0, 1)
-    ax_acc.set_xlabel("step")
-    ax_acc.set_title("accuracy")
-    ax_acc.legend(loc="lower right")
+    own = terms[objective]
+    loss_title = "loss" if len(own) != 1 else "loss = {} ({})".format(*next(iter(own.items())))
+    layout = [(f"{loss_title}, objective {objective}",
+               [("loss", "loss", "-"), ("probe_loss", "online probe", "--")])]
+    if len(own) > 1:
+        layout += [(f"{k} ({what})", [(k, k, "-")]) for k, what in own.items()]
+    layout.append(("accuracy", [("probe_acc", "probe (train)", "-"),
+                                ("eval/probe_acc", "probe (eval)", "o-"),
+                                ("train_acc", "head (train)", "-"),
+                                ("eval/head_acc", "head (eval)", "o-")]))
+    fig, axes = plt.subplots(1, len(layout), figsize=(4.6 * len(layout), 3.5), squeeze=False)
+    drawn = []
+    for ax, (title, lines) in zip(axes[0], layout, strict=True):
+        labels = []
+        for key, label, style in lines:
+            xs, ys = series(key)
+            if xs and (key != "loss" or any(ys)):  # probe_only's loss is 0 throughout
+                ax.plot(xs, ys, style, label=label)
+                labels.append(label)
+        ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+        if title == "accuracy":
+            ax.set_ylim(0, 1)
+        elif ys and min(ys) > 0:
+            ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_title(title, fontsize=10)
+        if labels:
+            ax.legend(loc="best", fontsize=8)
+        drawn.append((title, labels))
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
+    return drawn

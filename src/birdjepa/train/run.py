@@ -485,5 +485,6 @@ def finish(run: Run, state: dict, summary: dict, *, nonfinite_run: int = 0) -> N
         raise UnsoundRunError(f"run {run.cfg.run_id} not marked complete: {why}")
     if run.is_main:
         birdjepa.train.log.plot(birdjepa.runtime.rundir.metrics_file(run.dir),
-                                birdjepa.runtime.rundir.curves_file(run.dir))
+                                birdjepa.runtime.rundir.curves_file(run.dir),
+                                run.cfg.objective.name)
         birdjepa.runtime.rundir.mark_complete(run.dir, summary)

@@ -1,0 +1,113 @@
+"""The destination directory of `python -m birdjepa.sources pack` (birdjepa.data.pack): its plan
+(sources, row ranges and settings, fixed at the first run), the manifest of the shards it
+finished, its lock, and the checks that keep a pack from writing over anything else."""
+
+import fcntl
+import hashlib
+import json
+import os
+import threading
+
+import birdjepa._rs
+import birdjepa.data.config as data_config
+
+PLAN = "pack-plan.json"
+MANIFEST = "pack-manifest.json"
+LOCK = "pack.lock"
+FINAL = ("state.json", "dataset_info.json")
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Manifest:
+    """DST/pack-manifest.json: {shard name: {"sha256", "size"}} of the shards pack finished."""
+
+    def __init__(self, dst: str):
+        self.path = os.path.join(dst, MANIFEST)
+        self.lock = threading.Lock()
+        self.done: dict[str, dict] = {}
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                self.done = json.load(f)
+
+    def add(self, name: str, tmp: str) -> None:
+        """Record the finished temporary file `tmp` as shard `name` (before it is renamed)."""
+        entry = {"sha256": _sha256(tmp), "size": os.path.getsize(tmp)}
+        with self.lock:
+            self.done[name] = entry
+            with open(self.path + ".tmp", "w") as f:
+                json.dump(self.done, f)
+            os.replace(self.path + ".tmp", self.path)
+
+    def holds(self, dst: str, name: str) -> bool:
+        """Whether DST/name is the shard pack wrote: listed, same size, same sha256."""
+        want, path = self.done.get(name), os.path.join(dst, name)
+        return (want is not None and os.path.isfile(path)
+                and os.path.getsize(path) == want["size"] and _sha256(path) == want["sha256"])
+
+
+def plan_resampler(dst: str, resampler: str | None) -> str:
+    """The filter of a pack into `dst`: `resampler`, or when unset the one of the pack being
+    resumed there (a plan that names none: LEGACY_RESAMPLER), else the default."""
+    if resampler is not None:
+        return resampler
+    path = os.path.join(dst, PLAN)
+    if not os.path.exists(path):
+        return data_config.DEFAULT_RESAMPLER
+    with open(path) as f:
+        return json.load(f).get("resampler", data_config.LEGACY_RESAMPLER)
+
+
+def check_plan(dst: str, want: dict) -> None:
+    path = os.path.join(dst, PLAN)
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        have = json.load(f)
+    if have != want:
+        diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+        raise birdjepa._rs.BadArgumentError(
+            f"bad argument dst: {dst} holds a pack of different sources or settings (differs in "
+            f"{', '.join(diff)}); pack into another directory or delete it")
+
+
+def refuse(msg: str):
+    raise birdjepa._rs.BadArgumentError(f"bad argument dst: {msg}")
+
+
+def check_dst(files: list[str], dst: str, names: list[str]) -> None:
+    """DST apart from every source directory, and holding only files pack writes."""
+    d = os.path.realpath(dst)
+    for s in sorted({os.path.dirname(os.path.realpath(f)) for f in files}):
+        if d == s or d.startswith(s + os.sep) or s.startswith(d + os.sep):
+            rel = "is" if d == s else "is inside" if d.startswith(s + os.sep) else "contains"
+            refuse(f"expected a directory apart from the source, got {dst}, which {rel} the "
+                    f"source directory {s}")
+    if not os.path.isdir(dst):
+        return
+    present = set(os.listdir(dst))
+    ours = {PLAN, MANIFEST, MANIFEST + ".tmp", LOCK, *FINAL, *names, *(n + ".tmp" for n in names)}
+    if PLAN not in present:
+        ours = {LOCK}  # no plan of ours: whatever is there was written by something else
+    foreign = sorted(present - ours)
+    if foreign:
+        refuse(f"expected an empty directory or one pack wrote, got {dst} holding "
+                f"{len(foreign)} file(s) pack did not write ({', '.join(foreign[:3])}"
+                f"{' ...' if len(foreign) > 3 else ''}); pack into another directory")
+
+
+def lock(dst: str) -> int:
+    """An exclusive flock on DST/pack.lock (released when the process ends)."""
+    fd = os.open(os.path.join(dst, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        refuse(f"expected no other pack writing into {dst}, but one holds "
+                f"{os.path.join(dst, LOCK)}; wait for it or pack into another directory")
+    return fd
