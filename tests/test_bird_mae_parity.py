@@ -76,11 +76,11 @@ def test_embed_equals_the_published_pipeline_at_32k(weights, model, tmp_path, se
     wave = song(seconds, 32000, channels)
     want = reference(sd, ref.to_mono_32k(wave, 32000))
     assert len(want) == int(np.ceil(seconds / 5))
-    got = birdjepa.embed(model, (wave, 32000), window_s=5, pool="mean")["mean"]
+    got = birdjepa.embed(model, (wave, 32000), window_s=5, pool="mean")["emb_mean"]
     assert rel(got, want) < REL, rel(got, want)
     # An encoded file takes the Rust clip path: the same.
     sf.write(tmp_path / "a.wav", wave, 32000, subtype="FLOAT")
-    got = birdjepa.embed(model, tmp_path / "a.wav", window_s=5, pool="mean")["mean"]
+    got = birdjepa.embed(model, tmp_path / "a.wav", window_s=5, pool="mean")["emb_mean"]
     assert rel(got, want) < REL, rel(got, want)
     # The old zero padding is measurably different: the test can fail.
     assert rel(reference(sd, ref.to_mono_32k(wave, 32000), pad="zero"), want) > 1e-3
@@ -92,7 +92,7 @@ def test_other_rates_are_resampled_by_us(weights, model):
     input settings name soxr HQ's filter. The filter before issue 36 was measurably further."""
     sd, _ = weights
     wave = song(7.0, 48000, 2, seed=1)
-    got = birdjepa.embed(model, (wave, 48000), pool="mean")["mean"]
+    got = birdjepa.embed(model, (wave, 48000), pool="mean")["emb_mean"]
     ours = birdjepa.data.audio.resample(wave, 48000, 32000)
     assert rel(got, reference(sd, ours.astype(np.float64))) < REL
     soxr_user = reference(sd, ref.to_mono_32k(wave, 48000))
@@ -132,7 +132,7 @@ def test_huge_preset_shapes_and_mapping(tmp_path):
                              width=128, depth=3)
     assert small.cfg.n_heads == 16 and small.cfg.preset == "bird-mae-huge"
     wave = song(4.0, 32000, seed=2)
-    got = birdjepa.embed(small, (wave, 32000), pool="mean")["mean"]
+    got = birdjepa.embed(small, (wave, 32000), pool="mean")["emb_mean"]
     want = ref.forward(sd, ref.features(wave)[None], 16, "mean")
     assert rel(got, want) < REL
 
@@ -166,7 +166,7 @@ def test_our_models_keep_zero_padding_and_their_exports_reproduce(tmp_path):
     wave = song(2.0, 32000)
     x = ref.features(wave, pad="zero")[None].astype(np.float32)
     want = np.asarray(enc(jax.numpy.asarray(x)).pooled_bd)
-    got = birdjepa.embed(enc, (wave, 32000))["mean"]
+    got = birdjepa.embed(enc, (wave, 32000))["emb_mean"]
     np.testing.assert_allclose(got, want, atol=1e-5)
     # An old export (no pad, window or fbank in config.json).
     d = tmp_path / "export"
@@ -180,7 +180,7 @@ def test_our_models_keep_zero_padding_and_their_exports_reproduce(tmp_path):
     m = birdjepa.models.load_export(d)
     assert (m.audio["pad"], m.audio["window"]) == ("zero", "centre")
     assert m.audio["fbank"] == birdjepa.data.audio.FBANK_DEFAULTS
-    np.testing.assert_array_equal(birdjepa.embed(d, (wave, 32000))["mean"], got)
+    np.testing.assert_array_equal(birdjepa.embed(d, (wave, 32000))["emb_mean"], got)
     # An fbank we do not compute: one line naming both.
     meta["audio"]["fbank"] = {**birdjepa.data.audio.FBANK_DEFAULTS, "preemph": 0.9}
     (d / "config.json").write_text(json.dumps(meta))
@@ -222,7 +222,7 @@ def test_the_rust_loader_pads_with_the_minimum_too(weights, model, tmp_path):
     out = birdjepa.embed(model, shard, centre=True, pool="mean", n_workers=1)
     assert out["row"].tolist() == [0, 1]
     want = np.concatenate([reference(sd, w.astype(np.float64)) for w in waves])
-    assert rel(out["mean"], want) < REL, rel(out["mean"], want)
+    assert rel(out["emb_mean"], want) < REL, rel(out["emb_mean"], want)
 
 
 @pytest.mark.parametrize("train_pos", [True, False])

@@ -50,7 +50,7 @@ def test_centre_windows_equal_the_loader_eval_crop(corpus, encoder):
     # ... and the embedding of the loader's batch is embed's.
     out = embed.embed(encoder, corpus, centre=True, pool=("mean", "patches"), batch_size=4)
     ref = encoder(jax.numpy.asarray(want))
-    np.testing.assert_allclose(out["mean"], np.asarray(ref.pooled_bd), atol=1e-4)
+    np.testing.assert_allclose(out["emb_mean"], np.asarray(ref.pooled_bd), atol=1e-4)
     np.testing.assert_allclose(out["patches"], np.asarray(ref.patches_bnd), atol=1e-4)
 
 
@@ -60,7 +60,7 @@ def test_sliding_windows_sources_and_pools(corpus, encoder, tmp_path):
     dur = info["n_frames"] / info["sample_rate"]
     out = birdjepa.embed(encoder, audio[0], window_s=2.0, hop_s=1.5, pool="cls")
     n = 1 + int(np.ceil((dur - 2.0) / 1.5 - 1e-9))
-    assert out["cls"].shape == (n, 32) and (out["row"] == 0).all()
+    assert out["emb_cls"].shape == (n, 32) and (out["row"] == 0).all()
     np.testing.assert_allclose(out["start_s"], np.arange(n) * 1.5, atol=1e-3)
     # Window i equals a clip decoded at its start time, normalised and padded.
     w = embed.Windows(window_s=2.0, n_frames=N_FRAMES)
@@ -68,25 +68,25 @@ def test_sliding_windows_sources_and_pools(corpus, encoder, tmp_path):
                                            duration_s=2.0))
     one = embed.encode(embed.with_pool(encoder, "cls"), [(clip[None], np.zeros(1),
                                                           np.zeros(1))], ("cls",), batch_size=1)
-    np.testing.assert_allclose(out["cls"][1], one["cls"][0], atol=1e-5)
+    np.testing.assert_allclose(out["emb_cls"][1], one["cls"][0], atol=1e-5)
     # A path decodes like its bytes (audio.decode/clip take paths too).
     path = tmp_path / "rec.bin"
     path.write_bytes(audio[0])
     np.testing.assert_array_equal(birdjepa.audio.decode(path)[0],
                                   birdjepa.audio.decode(audio[0])[0])
     by_path = birdjepa.embed(encoder, str(path), window_s=2.0, hop_s=1.5, pool="cls")
-    np.testing.assert_array_equal(by_path["cls"], out["cls"])
+    np.testing.assert_array_equal(by_path["emb_cls"], out["emb_cls"])
     # (wave, sr): resampled whole then cut; the same recording, so close to the bytes' path.
     wave, sr = birdjepa.audio.decode(audio[0])
     arr = birdjepa.embed(encoder, (wave, sr), window_s=2.0, hop_s=1.5, pool="cls")
-    assert arr["cls"].shape == out["cls"].shape
-    assert np.corrcoef(arr["cls"].ravel(), out["cls"].ravel())[0, 1] > 0.99
+    assert arr["emb_cls"].shape == out["emb_cls"].shape
+    assert np.corrcoef(arr["emb_cls"].ravel(), out["emb_cls"].ravel())[0, 1] > 0.99
     # Whole shard directories: every recording tiled, rows in order; npz and Arrow output.
     tiles = birdjepa.embed(encoder, corpus, pool="mean", out=tmp_path / "e.npz")
     assert set(np.unique(tiles["row"])) == set(range(6))
     assert (np.diff(tiles["row"]) >= 0).all() and len(tiles["row"]) > 6
     with np.load(tmp_path / "e.npz") as z:
-        np.testing.assert_array_equal(z["mean"], tiles["mean"])
+        np.testing.assert_array_equal(z["emb_mean"], tiles["emb_mean"])
     embed.write(tiles, tmp_path / "e.arrow")
     assert (tmp_path / "e.arrow").stat().st_size > 0
     with pytest.raises(ValueError, match="pool: expected values in"):
@@ -116,10 +116,10 @@ def test_datasets_source_and_multilabel_column(tmp_path, encoder):
         assert table.class_names(source, "ebird_code_multilabel") == names
     a = birdjepa.embed(encoder, loaded, centre=True)
     b = birdjepa.embed(encoder, tmp_path / "ds", centre=True)
-    np.testing.assert_array_equal(a["mean"], b["mean"])
+    np.testing.assert_array_equal(a["emb_mean"], b["emb_mean"])
     # An in-memory Dataset (no Arrow files for the loader) goes through the per-window path.
     assert not ds.cache_files
     c = birdjepa.embed(encoder, ds, centre=True)
-    np.testing.assert_allclose(c["mean"], a["mean"], atol=1e-4)
+    np.testing.assert_allclose(c["emb_mean"], a["emb_mean"], atol=1e-4)
     np.testing.assert_array_equal(c["row"], a["row"])
-    assert a["mean"].shape == (3, 32)
+    assert a["emb_mean"].shape == (3, 32)

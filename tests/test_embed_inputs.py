@@ -59,17 +59,17 @@ def test_embed_reads_arrays_by_the_convention(encoder):
     """Main averaged a (2, n) array over time (a 2-sample clip), used int16 at 32768x the float
     scale and embedded an empty array as one window of silence."""
     x = tone(5.0)
-    ref = embed.embed(encoder, (x, SR))["mean"]
+    ref = embed.embed(encoder, (x, SR))["emb_mean"]
     assert ref.shape == (1, 32)
     both = np.stack([x, x])  # (channels, n)
-    np.testing.assert_allclose(embed.embed(encoder, (both, SR), channels_first=True)["mean"],
+    np.testing.assert_allclose(embed.embed(encoder, (both, SR), channels_first=True)["emb_mean"],
                                ref, atol=1e-5)
-    np.testing.assert_allclose(embed.embed(encoder, (both.T, SR))["mean"], ref, atol=1e-5)
+    np.testing.assert_allclose(embed.embed(encoder, (both.T, SR))["emb_mean"], ref, atol=1e-5)
     with pytest.raises(birdjepa.BadArgumentError, match="channels_first=True"):
         embed.embed(encoder, (both, SR))
     i16 = np.round(x * 32767).astype(np.int16)  # the same tone at full scale 32768
-    np.testing.assert_allclose(embed.embed(encoder, (i16, SR))["mean"],
-                               embed.embed(encoder, (i16 / 32768, SR))["mean"], atol=1e-6)
+    np.testing.assert_allclose(embed.embed(encoder, (i16, SR))["emb_mean"],
+                               embed.embed(encoder, (i16 / 32768, SR))["emb_mean"], atol=1e-6)
     with pytest.raises(birdjepa.BadArgumentError, match="expected at least one sample"):
         embed.embed(encoder, (np.zeros(0, np.float32), SR))
 

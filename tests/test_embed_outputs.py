@@ -17,10 +17,12 @@ import birdjepa
 import birdjepa.config.architecture
 import birdjepa.model
 import birdjepa.models
+import birdjepa.models.columns
 import birdjepa.models.detect
 import birdjepa.models.embed_cli
 import birdjepa.models.inference as inference
 import birdjepa.models.recordings as recordings
+import birdjepa.sources
 
 SR = 32000
 
@@ -247,3 +249,62 @@ def test_predict_in_python_returns_the_rows_the_cli_writes(run_dir, corpus, tmp_
     assert enc.cfg == m.encoder.cfg
     *_, audio = birdjepa.models.load_encoder(run_dir, with_head=True, with_input=True)
     assert audio == m.audio and audio["n_frames"] == cfg.data.n_frames
+
+
+def _embed(run_dir, source, out):  # noqa: F811
+    assert birdjepa.models.embed_cli.main([str(run_dir), str(source), "--out", str(out),
+                                           "--window_s", str(WINDOW), "--quiet"]) == 0
+    return pq.read_table(out)
+
+
+def test_predict_on_a_dataset_keeps_its_columns_as_embed_does(run_dir, corpus, tmp_path):  # noqa: F811
+    """Issue 36 item 6.1: predict on a dataset wrote only `row`, embed every column."""
+    emb = _embed(run_dir, corpus / "shards", tmp_path / "e.parquet")
+    det = birdjepa.models.detect.predict(run_dir, corpus / "shards", window_s=WINDOW, top_k=1,
+                                         min_conf=0.0)  # one row per window, in window order
+    where = [c for c in emb.column_names if not c.startswith("emb_")]
+    meta = [c for c in where if c not in birdjepa.models.columns.RESERVED]
+    assert where[0] == "row" and {"label", "species", "recording_id"} <= set(meta)
+    assert list(det) == [*where, "class", "confidence", "class_index"]
+    assert pyarrow.table({c: det[c] for c in where}).equals(emb.select(where))
+
+
+def test_the_python_api_returns_the_columns_the_cli_writes(run_dir, corpus, tmp_path):  # noqa: F811
+    """Issue 36 item 6.2: `birdjepa.embed` returned `mean`, `start_s` where the CLI wrote
+    `emb_mean`, `end_s`, `padded_s`: the same names and values now (plus `row`)."""
+    files = sorted(str(p) for p in (corpus / "files").rglob("rec*"))
+    cli = _embed(run_dir, corpus / "files", tmp_path / "e.parquet")
+    api = birdjepa.embed(run_dir, files, window_s=WINDOW)
+    assert cli.column_names == ["file", "start_s", "end_s", "duration_s", "padded_s", "emb_cls"]
+    assert list(api) == ["row", *cli.column_names]
+    assert api["file"].tolist() == cli.column("file").to_pylist()
+    for c in ("start_s", "end_s", "duration_s", "padded_s"):
+        np.testing.assert_array_equal(api[c], cli.column(c).to_numpy(), err_msg=c)
+    assert api["padded_s"].max() > 0  # the last window of a recording is padded, and says so
+    np.testing.assert_allclose(api["emb_cls"], np.stack(cli.column("emb_cls").to_numpy(
+        zero_copy_only=False)), rtol=1e-5, atol=1e-6)
+    # A table source: its row ids and times are the CLI's, centre windows (the loader) too.
+    shards = _embed(run_dir, corpus / "shards", tmp_path / "s.parquet")
+    got = birdjepa.embed(run_dir, corpus / "shards", window_s=WINDOW)
+    assert set(got) == {"row", "start_s", "end_s", "duration_s", "padded_s", "emb_cls"}
+    for c in got:
+        np.testing.assert_allclose(np.stack(shards.column(c).to_numpy(zero_copy_only=False)),
+                                   got[c], rtol=1e-5, atol=1e-6, err_msg=c)
+    centre = birdjepa.embed(run_dir, corpus / "shards", window_s=WINDOW, centre=True)
+    np.testing.assert_array_equal(centre["duration_s"], shards.group_by("row").aggregate(
+        [("duration_s", "max")]).sort_by("row").column("duration_s_max").to_numpy())
+    np.testing.assert_allclose(centre["end_s"], centre["start_s"] + WINDOW)
+
+
+def test_a_relative_dataset_writes_relative_paths(run_dir, corpus, tmp_path):  # noqa: F811
+    """Issue 36 item 6.3: `from_files --relative` stored relative audio paths, but its `file`
+    column (embed's and predict's `source_file`) held absolute ones, stale after a move."""
+    d = _files(corpus, tmp_path)
+    assert birdjepa.sources.main(["from_files", str(d), "--out_dir", str(tmp_path / "ds"),
+                                  "--relative"]) == 0
+    want = sorted(os.path.join("..", "audio", p.name) for p in d.iterdir())
+    emb = _embed(run_dir, tmp_path / "ds", tmp_path / "e.parquet")
+    assert sorted(set(emb.column("source_file").to_pylist())) == want
+    det = birdjepa.models.detect.predict(run_dir, tmp_path / "ds", window_s=WINDOW)
+    assert set(det["source_file"].to_pylist()) <= set(want)
+    assert "file" not in emb.column_names and "file" not in det

@@ -32,7 +32,7 @@ def _write(enc, source, path, batch_size):
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"row": e["row"], "start_s": e["start_s"],
                              "end_s": e["start_s"] + 5.0,
-                             f"emb_{pool}": recordings.vectors(e[pool])}), path)
+                             f"emb_{pool}": recordings.vectors(e[f"emb_{pool}"])}), path)
 
 
 @pytest.fixture(scope="module")

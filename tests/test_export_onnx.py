@@ -122,7 +122,7 @@ def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
 
     m = artifact.open_model(run_dir)
     x_n = wave(2.5)
-    want = birdjepa.embed(run_dir, (x_n, SR), window_s=1.0)[m.encoder.cfg.pool]
+    want = birdjepa.embed(run_dir, (x_n, SR), window_s=1.0)[f"emb_{m.encoder.cfg.pool}"]
     assert want.shape == (3, 32)
     emb, logits, probs = sess.run(None, {"fbank": our_input(m, x_n, 1.0)})
     assert rel(emb, want) < 1e-4
@@ -145,7 +145,7 @@ def test_bird_mae_shaped_export_equals_embed_and_the_numpy_reference(tmp_path):
     assert [o.name for o in sess.get_outputs()] == ["embedding"]
     assert "no class head" in (out / "README.md").read_text()
     x_n = wave(7.0, seed=1)  # two 5 s windows; the second is zero-padded, 498 -> 512 frames
-    want = birdjepa.embed(enc, (x_n, SR))["mean"]
+    want = birdjepa.embed(enc, (x_n, SR))["emb_mean"]
     fb = our_input(m, x_n, 5.0)
     (emb,) = sess.run(None, {"fbank": fb})
     assert rel(emb, want) < 1e-4
@@ -206,7 +206,7 @@ def test_bird_mae_base_spec_exports(tmp_path):
     spec = f"bird-mae-base:{tmp_path / 'base.safetensors'}"
     assert artifact.main([spec, "--out_dir", str(tmp_path / "onnx"), "--format", "onnx"]) == 0
     x_n = wave(5.0, seed=2)
-    want = birdjepa.embed(spec, (x_n, SR))["mean"]
+    want = birdjepa.embed(spec, (x_n, SR))["emb_mean"]
     m = artifact.open_model(spec)
     sess = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
     (emb,) = sess.run(None, {"fbank": our_input(m, x_n, 5.0)})

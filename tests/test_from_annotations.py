@@ -86,9 +86,10 @@ def test_events_and_windows_from_raven_and_csv(annotated, tmp_path, capsys):
     assert birdjepa.sources.main(["from_annotations", *tables, "--out_dir",
                                   str(tmp_path / "win"), "--window_s", "5", "--relative"]) == 0
     out = capsys.readouterr().out
-    want = [(rec["rec1"], 0.0, 5.0, ["amerob"]), (rec["rec1"], 5.0, 10.0, ["norcar"]),
-            (rec["rec2"], 0.0, 5.0, ["blujay"]), (rec["rec4"], 0.0, 5.0, ["blujay"])]
-    assert _rows(tmp_path / "win") == want
+    rel = {k: os.path.relpath(v, tmp_path / "win") for k, v in rec.items()}
+    want = [(rel["rec1"], 0.0, 5.0, ["amerob"]), (rel["rec1"], 5.0, 10.0, ["norcar"]),
+            (rel["rec2"], 0.0, 5.0, ["blujay"]), (rel["rec4"], 0.0, 5.0, ["blujay"])]
+    assert _rows(tmp_path / "win") == want  # issue 36 item 6.3: filepath relative, as stored
     assert "4 with labels, 0 without" in out and "4 partial last window(s) dropped" in out
     assert "1 recording(s) shorter than a window; 2 event(s) in no window" in out
     assert "rows per class (3 classes): amerob 1, blujay 2, norcar 1" in out

@@ -129,7 +129,7 @@ def test_embed_cli_on_audio_files_equals_the_python_api(run_dir, corpus, tmp_pat
             ref["start_s"] + WINDOW, rows.column("duration_s").to_numpy()))
         for p in ("mean", "cls"):
             got = np.stack(rows.column(f"emb_{p}").to_numpy(zero_copy_only=False))
-            np.testing.assert_allclose(got, ref[p], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got, ref[f"emb_{p}"], rtol=1e-5, atol=1e-6)
         assert len(ref["start_s"]) >= 2  # 2-3 s recordings: several windows each
 
 
@@ -142,7 +142,7 @@ def test_embed_cli_on_shards_carries_rows_and_dataset_columns(run_dir, corpus, t
     with np.load(tmp_path / "s.npz", allow_pickle=True) as z:
         np.testing.assert_array_equal(z["row"], ref["row"])
         np.testing.assert_array_equal(z["start_s"], ref["start_s"])
-        np.testing.assert_allclose(z["emb_cls"], ref["cls"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(z["emb_cls"], ref["emb_cls"], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(z["patches"], ref["patches"], rtol=1e-5, atol=1e-6)
         meta = table.read(corpus / "shards", ["label", "species", "recording_id"])
         for col in ("label", "species", "recording_id"):

@@ -76,7 +76,7 @@ def test_embed_reads_moved_data_with_path_map_and_names_it_without(run_dir, move
                            pool="mean")
     np.testing.assert_array_equal(got.column("row").to_numpy(), want["row"])
     np.testing.assert_array_equal(np.stack(got.column("emb_mean").to_numpy(zero_copy_only=False)),
-                                  want["mean"])
+                                  want["emb_mean"])
 
 
 def _train_files(moved) -> list[str]:

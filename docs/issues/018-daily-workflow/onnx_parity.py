@@ -30,7 +30,7 @@ def parity(m, out: pathlib.Path, seconds: float, label: str) -> None:
     size = (out / "model.onnx").stat().st_size / 1e6
     print(f"{label}: convert {time.perf_counter() - t0:.1f} s, {size:.1f} MB")
     x_n = t.wave(seconds, seed=1)
-    want = birdjepa.embed(m, (x_n, t.SR))["mean"]
+    want = birdjepa.embed(m, (x_n, t.SR))["emb_mean"]
     sess = ort.InferenceSession(str(out / "model.onnx"))
     ours = sess.run(None, {"fbank": t.our_input(m, x_n, 5.0)})[0]
     card = sess.run(None, {"fbank": t.card_input(x_n, m.audio, 5.0)})[0]

@@ -8,7 +8,7 @@ how each row finds its recording is in birdjepa.data.annotation_tables.
 DST is a `save_to_disk` directory (state.json, dataset_info.json, one data-*.arrow) that
 `datasets.load_from_disk`, `birdjepa.data.Loader` and `python -m birdjepa.evaluate` read:
 `audio` (path-only: `{bytes: null, path}`, absolute or with --relative relative to DST),
-`filepath`, `start_time` / `end_time` (seconds within the recording, BirdSet's names: evaluate
+`filepath` (the path as stored: relative with --relative), `start_time` / `end_time` (seconds within the recording, BirdSet's names: evaluate
 with `segment = "columns"` cuts exactly there) and `ebird_code_multilabel` (HF
 `Sequence(ClassLabel(names))`, the evaluation's default test label column; --multilabel_column
 renames it).
@@ -225,7 +225,7 @@ def _table(out: list[dict], names: list[str], s: Settings, out_dir: pathlib.Path
     def stored(f):
         return os.path.relpath(f, out_dir.absolute()) if s.relative else f
     cols = {"audio": pa.array([{"bytes": None, "path": stored(r["file"])} for r in out], AUDIO),
-            "filepath": pa.array([r["file"] for r in out], pa.string()),
+            "filepath": pa.array([stored(r["file"]) for r in out], pa.string()),  # as stored
             "start_time": pa.array([float(r["start"]) for r in out], pa.float64()),
             "end_time": pa.array([float(r["end"]) for r in out], pa.float64())}
     if s.window_s is not None:

@@ -4,8 +4,9 @@
 no longer writes path-only data. This writes what the loader reads as path-only: one Arrow IPC
 stream file `DST/data-00000-of-00001.arrow` whose `audio` column is the Hugging Face Audio struct
 `{"bytes": null, "path": PATH}` (absolute paths, or relative to DST with `relative=True`, which
-resolve against the shard's directory), a `file` column, and with `label_from="parent"` a
-`label` column (`ClassLabel`: the sorted names of the files' parent directories, the usual
+resolve against the shard's directory), a `file` column (the path as stored, so a relative
+dataset carries no stale absolute path into `embed` / `predict` output), and with
+`label_from="parent"` a `label` column (`ClassLabel`: the sorted names of the files' parent directories, the usual
 one-folder-per-species layout), with the HF features metadata so `class_names` finds them, and `state.json` /
 `dataset_info.json` beside it, so that `datasets.load_from_disk` opens DST too.
 
@@ -94,7 +95,7 @@ def write(files, out_dir: str | os.PathLike, *, label_from: str | None = None,
     files = [pathlib.Path(f).absolute() for f in files]
     paths = [os.path.relpath(f, out_dir.absolute()) if relative else str(f) for f in files]
     cols = {"audio": pa.array([{"bytes": None, "path": p} for p in paths], AUDIO),
-            "file": pa.array([str(f) for f in files], pa.string())}
+            "file": pa.array(paths, pa.string())}  # as stored: relative stays relative
     features = {"audio": {"_type": "Audio", "decode": True},
                 "file": {"dtype": "string", "_type": "Value"}}
     if label_from == "parent":

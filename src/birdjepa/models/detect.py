@@ -24,7 +24,8 @@ Every recording is cut into windows of --window_s seconds every --hop_s seconds;
 class probabilities come from the head (--activation softmax: one class per window, as the
 supervised objective trains; sigmoid: independent classes). Rows are the --top_k most
 probable classes of each window with confidence >= --min_conf, in the columns BirdNET users
-know: file (or row for a dataset), start_s, end_s (never past the recording's end),
+know: file (or, for a dataset, row and every other column of the dataset, as embed writes
+them), start_s, end_s (never past the recording's end),
 duration_s, padded_s (zero padding past the end in the window), class, confidence (and
 class_index). CSV (.csv), parquet (.parquet) or npz (.npz)."""
 
@@ -73,14 +74,14 @@ def probabilities(m: export.Model, src: runner.Source, args) -> tuple[dict, np.n
 
 def detections(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: float,
                top_k: int) -> dict[str, pa.Array]:
-    """One row per (window, class) among the window's top_k with probability >= min_conf."""
+    """One row per (window, class) among the window's top_k with probability >= min_conf:
+    every `where` column (file, or row and the dataset's columns; the times), then class,
+    confidence and class_index."""
     order = np.argsort(-probs_wc, axis=1, kind="stable")[:, :max(top_k, 0)]
     win, rank = np.nonzero(np.take_along_axis(probs_wc, order, 1) >= min_conf)
     cls = order[win, rank]
-    key = "file" if "file" in where else "row"
     take = pa.array(win, pa.int64())
-    return {**{k: where[k].take(take) for k in (key, "start_s", "end_s", "duration_s",
-                                                "padded_s")},
+    return {**{k: c.take(take) for k, c in where.items()},  # as embed's (recordings.where)
             "class": pa.array([classes[c] for c in cls], pa.string()),
             "confidence": pa.array(probs_wc[win, cls].astype(np.float32)),
             "class_index": pa.array(cls.astype(np.int32))}

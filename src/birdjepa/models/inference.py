@@ -36,6 +36,7 @@ import birdjepa.model
 import birdjepa.models
 import birdjepa.models.artifact
 import birdjepa.models.bird_mae
+import birdjepa.models.columns as columns
 import birdjepa.models.failures
 import birdjepa.runtime.rundir
 
@@ -450,19 +451,35 @@ def embed(encoder_or_run_dir, source, *, window_s: float | None = None, hop_s: f
     (Bird-MAE) "patches" are the last block's tokens un-normed (Hugging Face's
     hidden_states[-1]); for ours, final-normed.
 
-    Returns {pool name: (windows, d) or, for "patches", (windows, patches, d) float32,
-    "row": (windows,) int64 row id (0 for a single recording), "start_s": (windows,) float64}.
-    With `out`, also writes them to `out` (.npz; .arrow: an Arrow IPC file, one row per window,
-    arrays flattened).
+    Returns the columns `python -m birdjepa.embed` writes, one row per window: "row" (windows,)
+    int64 row id (0 for a single recording), "file" (path sources: the file's path as given),
+    "start_s", "end_s" (never past the recording's end), "duration_s" (the recording's),
+    "padded_s" (seconds of the input past the recording's end) float64, "emb_<pool>" (windows,
+    d) float32 per vector pool and "patches" (windows, patches, d). With `out`, also writes
+    them to `out` (.npz; .arrow: an Arrow IPC file, one row per window, arrays flattened).
     """
     enc, audio = load_model(encoder_or_run_dir, step=step)
     pools = (pool,) if isinstance(pool, str) else tuple(pool or (enc.cfg.pool,))
     w = Windows.for_model(audio, window_s=window_s, hop_s=hop_s, centre=centre,
                           segment=segment, segment_columns=tuple(segment_columns))
+    durations: dict[int, float] = {}
+    files = dict(audio_root=audio_root, path_map=path_map)
     batches = features(source, w, batch_size=batch_size, audio_column=audio_column,
                        n_workers=n_workers, channels_first=channels_first,
-                       audio_root=audio_root, path_map=path_map)
-    result = encode(enc, batches, pools, batch_size=batch_size)
+                       durations=durations, **files)
+    got = encode(enc, batches, pools, batch_size=batch_size)
+    rows = set(got["row"].tolist())
+    if rows - set(durations):  # the loader's windows: read the headers
+        durations.update({r: _plan(item, w)[0] for r, _name, item in _items(
+            source, audio_column, channels_first, **files) if r in rows})
+    length = w.window_s
+    if w.segment == "columns":  # the loader cuts each row's [start, end] exactly
+        seg = table.read(source, list(w.segment_columns))
+        length = np.subtract(*[seg.column(c).to_numpy() for c in w.segment_columns[::-1]])[
+            got["row"]]
+    paths = [str(f) for f in source] if is_audio_files(source) else [str(source)] if isinstance(
+        source, str | os.PathLike) and not _is_table_source(source) else None  # file: as given
+    result = columns.embedded(got, pools, length, durations, paths)
     if out is not None:
         write(result, out)
     return result

@@ -6,6 +6,7 @@ carries where it came from (file, or dataset row and the dataset's other columns
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import pathlib
@@ -24,12 +25,11 @@ import birdjepa
 import birdjepa.data.paths
 import birdjepa.data.table as table
 import birdjepa.models.artifact as export
+import birdjepa.models.columns as columns
 import birdjepa.models.failures
 import birdjepa.models.inference as embed
 import birdjepa.runtime.cli_args as cli_args
 
-RESERVED = ("file", "row", "start_s", "end_s", "duration_s", "padded_s", "class", "confidence")
-"""Output column names; a dataset column of the same name is written as source_<name>."""
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
 
 
@@ -221,16 +221,9 @@ def where(src: Source, out: dict[str, np.ndarray], w: embed.Windows,
         meta = table.read(src.shards, src.columns)
         taken = meta.take(pa.array(rows))
         for name in src.columns:
-            key = f"source_{name}" if name in RESERVED else name
-            cols[key] = taken.column(name).combine_chunks()
-    start = out["start_s"].astype(np.float64)
-    dur = np.asarray([durations[r] for r in rows], np.float64)
-    end = np.minimum(start + w.window_s, dur)
-    cols["start_s"] = pa.array(start)
-    cols["end_s"] = pa.array(end)
-    cols["duration_s"] = pa.array(dur)
-    cols["padded_s"] = pa.array(np.maximum(start + w.window_s - end, 0.0))
-    return cols
+            cols[columns.carried(name)] = taken.column(name).combine_chunks()
+    times = columns.timing(rows, out["start_s"], w.window_s, durations)
+    return cols | {k: pa.array(v) for k, v in times.items()}
 
 
 def vectors(a: np.ndarray) -> pa.Array:
@@ -243,14 +236,17 @@ def vectors(a: np.ndarray) -> pa.Array:
 
 
 def write(cols: dict[str, pa.Array], path: str | os.PathLike) -> pathlib.Path:
-    """Parquet (.parquet), CSV (.csv: scalar columns only), or npz (.npz: one array per column)."""
+    """Parquet (.parquet), CSV (.csv: a list or struct cell, such as a dataset's multilabel
+    column, as JSON text), or npz (.npz: one array per column)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tbl = pa.table(cols)
     if path.suffix == ".parquet":
         pyarrow.parquet.write_table(tbl, path)
     elif path.suffix == ".csv":
-        pyarrow.csv.write_csv(tbl, path)
+        pyarrow.csv.write_csv(pa.table({k: pa.array([json.dumps(v) for v in c.to_pylist()])
+                                        if pa.types.is_nested(c.type) else c
+                                        for k, c in cols.items()}), path)
     elif path.suffix == ".npz":
         arrays = {}
         for k, c in cols.items():
