@@ -1,13 +1,12 @@
 """`birdjepa.embed`: frozen-encoder embeddings of audio, through exactly the training transform.
 
-Per window: decode (seeking where the container allows), resample to `sample_rate` (32 kHz),
-Kaldi log-mel fbank (`birdjepa.data.audio.clip`, the Rust code the loader runs), normalise as
-`(x - mean) / (2 * std)` and pad (`pad`: 0.0 after normalising, or the clip's minimum log-mel
-value for Bird-MAE) or cut to the encoder's `n_frames`: what `birdjepa.data.Loader` feeds the
-encoder. Every input setting comes from the model (`input_of`), never from a default. `centre=True` takes the loader's eval
-crop (one window at the centre of each recording; tests/test_embed.py checks equality with the
-loader); otherwise windows of `window_s` start every `hop_s` (default `window_s`) until the end,
-the last one zero-padded. A raw `(wave, sample_rate)` array is resampled whole, then cut.
+Per window: decode (seeking where the container allows), resample to `sample_rate` with the
+model's `resampler`, Kaldi log-mel (`birdjepa.data.audio.clip`, the loader's Rust code),
+normalise and pad or cut to the encoder's `n_frames`: what `birdjepa.data.Loader` feeds it.
+Every input setting comes from the model (`input_of`), never from a default. `centre=True`
+takes the loader's eval crop (tests/test_embed.py checks equality with the loader); otherwise
+windows of `window_s` every `hop_s` (default `window_s`) until the end, the last one
+zero-padded. A raw `(wave, sample_rate)` array is resampled whole, then cut.
 """
 
 import collections
@@ -60,21 +59,18 @@ class Windows:
     n_mels: int = 128
     """Mel bins."""
     mean: float = birdjepa.data.DEFAULT_MEAN
-    """Normalisation mean of the log-mel values."""
     std: float = birdjepa.data.DEFAULT_STD
-    """Normalisation std; the loader divides by 2 * std."""
+    """Normalisation of the log-mel values, as the loader's: (x - mean) / (2 * std)."""
     pad: str = "zero"
     """Frames past a clip shorter than n_frames: "zero" (0.0 after normalising) or "min" (the
     clip's minimum log-mel value before normalising: Bird-MAE)."""
     segment: str = "centre"
-    """With `centre`: "centre" (the loader's eval crop; a file no longer than the window is taken
-    whole) or "columns" (each row's [start, end] seconds from `segment_columns`, cut exactly
-    there; shards only)."""
+    """With `centre`: "centre" (the loader's eval crop; a file no longer than the window whole)
+    or "columns" (each row's [start, end] s from `segment_columns`, cut there; shards only)."""
     segment_columns: tuple[str, str] = ("start_time", "end_time")
     """Segment start and end columns, seconds (segment = "columns")."""
     resampler: str = birdjepa.data.config.DEFAULT_RESAMPLER
-    """Filter that resamples audio not at sample_rate (birdjepa.data.audio.RESAMPLERS): the
-    model's (the one its training data was resampled with)."""
+    """Filter for audio not at sample_rate: the model's (birdjepa.data.audio.RESAMPLERS)."""
 
     def starts(self, n_samples: int, sr: int) -> list[float]:
         """Start times (s) of the windows of a recording of `n_samples` at `sr` Hz."""
@@ -122,8 +118,7 @@ def input_of(model) -> dict:
     d = birdjepa.data.LoaderConfig()
     return birdjepa.models.artifact.input_settings(dict(
         sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames, window_s=d.clip_s,
-        mean=d.mean, std=d.std, pad=d.pad,
-        resampler=birdjepa.data.config.resolve_resampler(d)), "model")
+        mean=d.mean, std=d.std, pad=d.pad, resampler=birdjepa.data.config.DEFAULT_RESAMPLER), "model")
 
 
 def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, int, int]:
