@@ -209,7 +209,8 @@ def test_embed_is_quiet_and_stays_callable(run_dir, corpus, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stderr == "" and out.stdout.startswith("['cls', 'row', 'start_s']")
+    assert out.stderr == "" and out.stdout.startswith(
+        "['duration_s', 'emb_cls', 'end_s', 'padded_s', 'row', 'start_s']")
     cli = subprocess.run([sys.executable, "-m", "birdjepa.embed", str(run_dir),
                           str(corpus / "shards"), "--out", str(tmp_path / "q.parquet")],
                          capture_output=True, text=True, timeout=300)

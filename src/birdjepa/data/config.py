@@ -25,12 +25,12 @@ DEFAULT_MEAN = -7.2
 DEFAULT_STD = 4.43
 MAX_WINDOW_S = 3600.0
 
-RESAMPLERS = ("soxr-hq", "rubato-bh2-1024")
-"""The resampling filters by name (rust/src/resample.rs `Filter`; birdjepa.data.audio.RESAMPLERS
-describes them)."""
-DEFAULT_RESAMPLER = "soxr-hq"
+RESAMPLERS: tuple[str, ...] = tuple(birdjepa._rs.RESAMPLERS)
+"""The resampling filters by name (rust/src/resample.rs `Filter`, their one declaration;
+birdjepa.data.audio.RESAMPLERS describes them)."""
+DEFAULT_RESAMPLER: str = birdjepa._rs.DEFAULT_RESAMPLER
 """What a new stream resamples with: soxr HQ's response (Hugging Face `datasets`, librosa)."""
-LEGACY_RESAMPLER = "rubato-bh2-1024"
+LEGACY_RESAMPLER: str = birdjepa._rs.LEGACY_RESAMPLER
 """What a stream resamples with whose state or config names no filter: every one saved before
 the `resampler` setting existed used it."""
 
