@@ -111,8 +111,8 @@ class LoaderConfig:
     n_views: int = 1
     """Crops per row; batches are then (V, B, T, M) when > 1 (lejepa needs >= 2)."""
     n_frames: int = 512
-    """Frames per clip (the T of (B, T, M)): shorter clips are padded (see `pad`), longer ones
-    cut. A training encoder needs a multiple of model.patch[0]."""
+    """Frames per clip (T of (B, T, M)): shorter padded (`pad`), longer cut; to train, a
+    multiple of model.patch[0]."""
     n_mels: int = 128
     """Mel bins (the M of (B, T, M)); a training encoder needs a multiple of model.patch[1]."""
     block_size: int = 16
@@ -122,13 +122,13 @@ class LoaderConfig:
     prefetch: int = _speed(2)
     """Assembled batches queued ahead of the consumer."""
     mean: float = DEFAULT_MEAN
+    """Normalisation: (x - mean) / (2 * std)."""
     std: float = DEFAULT_STD
-    """Normalisation of both: (x - mean) / (2 * std)."""
+    """Normalisation: (x - mean) / (2 * std)."""
     pad: str = _added("zero")
-    """Frames of a clip shorter than n_frames (5 s gives 498 Kaldi frames of 512): "zero" pads
-    with 0.0 after normalising (the mean; our models), "min" with the clip's minimum log-mel
-    value before normalising (Bird-MAE's feature extractor; the Bird-MAE presets use it). A clip
-    of n_frames or more is cut either way."""
+    """Frames past a clip's own (5 s: 498 Kaldi frames of 512): "zero", 0.0 after normalising
+    (the mean; our models), or "min", the clip's minimum log-mel before normalising (Bird-MAE's
+    feature extractor and presets)."""
     max_replacements: int = 16
     """Train mode: later rows tried in place of a failed one before the slot is invalid."""
     clip_s: float = 5.0
