@@ -183,7 +183,10 @@ def test_main_end_to_end(tmp_path, monkeypatch):
             assert isinstance(r[k], float) and np.isfinite(r[k]), (k, r)
         assert r["lr"] > 0
     saved = config.from_dict(config.Config, tomllib.loads((run / "config.toml").read_text()))
-    assert saved == tiny.finalize(cfg)
+    # The run records its resampler resolved (data.resampler unset -> the default), so a
+    # resume knows the filter its stream used.
+    assert saved.data.resampler == "soxr-hq"
+    assert saved == config.with_resampler(tiny.finalize(cfg), None)
     assert saved.model.width == 32 and saved.model.patch == (16, 16)  # resolved preset
     assert (run / "curves.png").stat().st_size > 1000
     assert list(run.glob("wandb/offline-run-*"))
