@@ -139,7 +139,8 @@ def resample(wave: Any, src_sr: int, dst_sr: int, *, channels_first: bool = Fals
     output sample m at input time m * src / dst (soxr's convention). `resampler` names the filter
     (`RESAMPLERS`): "soxr-hq" matches soxr's HQ quality (what `datasets` and librosa use) to
     < 1e-3 relative L2 in log-mel terms at 44.1 and 48 kHz (1.2e-3 at 22.05 kHz);
-    "rubato-bh2-1024" is the filter before issue 36. `wave` follows `as_mono`'s convention (shapes, integer scaling, no empty input)."""
+    "rubato-bh2-1024" is the filter before issue 36. `wave` follows `as_mono`'s convention
+    (shapes, integer scaling, no empty input)."""
     return _rs.resample(_wave(wave, channels_first), int(src_sr), int(dst_sr),
                         resampler=resampler)
 
