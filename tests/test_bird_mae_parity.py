@@ -142,7 +142,7 @@ def test_pad_is_a_loader_setting_that_old_runs_do_not_see():
     assert "pad" not in birdjepa.data.LoaderConfig().shaping_values()  # fingerprints unchanged
     assert birdjepa.data.LoaderConfig(pad="min").shaping_values()["pad"] == "min"
     with pytest.raises(birdjepa.BadArgumentError, match='bad argument pad: expected one of '
-                       'zero, min, got "max"'):
+                       'zero, min, repeat, got "max"'):
         birdjepa.data.LoaderConfig(pad="max").check()
     # Longer than n_frames: cut, whatever the padding.
     f = np.random.default_rng(0).standard_normal((600, 128)).astype(np.float32) - 7

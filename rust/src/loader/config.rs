@@ -39,8 +39,8 @@ pub struct LoaderConfig {
     pub mean: f32,
     pub std: f32,
     /// Frames past a clip's end (a clip shorter than `n_frames`): "zero" (0.0 after
-    /// normalisation, the mean) or "min" (the clip's minimum log-mel value before normalising,
-    /// as Bird-MAE's feature extractor pads).
+    /// normalisation, the mean), "min" (the clip's minimum log-mel value before normalising,
+    /// as Bird-MAE's feature extractor pads) or "repeat" (the clip again from its start).
     pub pad: String,
     pub max_replacements: u32,
     /// "audio" (decode -> resample -> fbank) or "debug" (the codec-free test transform).
@@ -291,7 +291,7 @@ impl LoaderConfig {
         self.check_n_classes(physical_memory())?;
         one_of("crop", &self.crop, &["random", "events"])?;
         one_of("segment", &self.segment, &["centre", "columns"])?;
-        one_of("pad", &self.pad, &["zero", "min"])?;
+        one_of("pad", &self.pad, &["zero", "min", "repeat"])?;
         crate::resample::Filter::parse(&self.resampler)?;
         Ok(())
     }

@@ -129,16 +129,27 @@ fn check_mels(f: &Features, m: usize) -> std::result::Result<(), SampleError> {
 }
 
 /// Normalise `frames` (rows of `m` mels) into the start of `dst`; frames past them are the
-/// padding: 0.0 (the dataset mean after normalisation) with `pad = "zero"`, or with `pad = "min"`
-/// the smallest value of `frames` normalised (Bird-MAE's extractor pads before normalising).
+/// padding: 0.0 (the dataset mean after normalisation) with `pad = "zero"`, with `pad = "min"`
+/// the smallest value of `frames` normalised (Bird-MAE's extractor pads before normalising), or
+/// with `pad = "repeat"` the clip again from its first frame, as often as it takes (no region
+/// of the window differs from the clip, so padding carries nothing a model could learn).
 fn put(c: &LoaderConfig, frames: &[f32], dst: &mut [f32]) {
     let scale = 1.0 / (2.0 * c.std);
     for (d, &x) in dst.iter_mut().zip(frames) {
         *d = (x - c.mean) * scale;
     }
-    if c.pad == "min" && frames.len() < dst.len() && !frames.is_empty() {
+    let n = frames.len();
+    if n == 0 || n >= dst.len() {
+        return;
+    }
+    if c.pad == "min" {
         let lo = frames.iter().copied().fold(f32::INFINITY, f32::min);
-        dst[frames.len()..].fill((lo - c.mean) * scale);
+        dst[n..].fill((lo - c.mean) * scale);
+    } else if c.pad == "repeat" {
+        let (clip, tail) = dst.split_at_mut(n);
+        for (k, d) in tail.iter_mut().enumerate() {
+            *d = clip[k % n];
+        }
     }
 }
 
@@ -153,9 +164,20 @@ fn cut(c: &LoaderConfig, f: &Features, len: usize, fraction: f64, dst: &mut [f32
     let len = len.min(f.n_frames);
     let room = f.valid_frames.clamp(len, f.n_frames) - len;
     let off = (fraction * room as f64).round() as usize;
-    let keep = len.min(dst.len() / m);
+    let keep = clip_frames(c, f, off, len.min(dst.len() / m));
     put(c, &f.data[off * m..(off + keep) * m], dst);
     f.start_s + (off as i64 * FRAME_SHIFT_MS) as f64 / 1000.0
+}
+
+/// How many of the `want` frames from frame `off` of `f` go into a view as the clip: all of them,
+/// or with `pad = "repeat"` only those computed from the recording (the rest, the fbank of the
+/// zero-padded wave, is digital silence; repeat fills from the clip instead).
+fn clip_frames(c: &LoaderConfig, f: &Features, off: usize, want: usize) -> usize {
+    if c.pad == "repeat" {
+        want.min(f.valid_frames.saturating_sub(off))
+    } else {
+        want
+    }
 }
 
 /// Random-stream keys of the events crop's choice of event: `EVENT_KEY + key` for the call
@@ -293,7 +315,7 @@ fn featurize(
     for v in 0..c.n_views {
         let f = apply(v as u64)?;
         out.damage = out.damage.or(f.damage.clone());
-        let keep = f.n_frames.min(tf).min(seg_len);
+        let keep = clip_frames(c, &f, 0, f.n_frames.min(tf).min(seg_len));
         put(
             c,
             &f.data[..keep * m],
@@ -484,5 +506,21 @@ mod tests {
         let mut full = [0.0f32; 4];
         put(&c, &frames, &mut full);
         assert_eq!(&full[..], &zero[..4]);
+    }
+
+    #[test]
+    fn pad_repeat_tiles_the_clip_from_its_first_frame() {
+        let mut c = LoaderConfig::default();
+        c.pad = "repeat".into();
+        // Two frames of two mels, into five frames: frames 0 1 0 1 0.
+        let frames = [1.0f32, 2.0, 3.0, 4.0];
+        let mut dst = [9.0f32; 10];
+        put(&c, &frames, &mut dst);
+        let n = |x: f32| (x - c.mean) * (1.0 / (2.0 * c.std));
+        let (a, b) = ([n(1.0), n(2.0)], [n(3.0), n(4.0)]);
+        assert_eq!(
+            dst,
+            [a[0], a[1], b[0], b[1], a[0], a[1], b[0], b[1], a[0], a[1]]
+        );
     }
 }

@@ -69,10 +69,17 @@ class SupervisedConfig:
     label_smoothing: float = 0.0
     """Label smoothing for the cross-entropy (0 = none), in [0, 1): at 1 the target is uniform
     whatever the label."""
+    mix: float = 0.0
+    """Multilabel mixup, for a list<int> label column (sigmoid targets) only: every clip gets
+    another clip of the batch added in the power domain, with a weight uniform in [0, mix], and
+    that clip's labels joined to its own (BirdSet's multilabel mixup). A noise recording (an
+    empty label set) then becomes background under a bird: soundscape conditions. 0: off."""
 
     def check(self, prefix: str) -> None:
         require(_in(self.label_smoothing, 0, 1, hi_open=True), prefix + "label_smoothing",
                 "a number in [0, 1)", self.label_smoothing)
+        require(_in(self.mix, 0, 1), prefix + "mix",
+                "a weight in [0, 1] (the other clip's share of the power)", self.mix)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ import numpy as np
 import soundfile
 
 import birdjepa._rs as _rs
+import birdjepa.data.config
 import birdjepa.data.paths
 
 FBANK_OPTIONS: tuple[str, ...] = tuple(_rs.FBANK_OPTIONS)
@@ -232,3 +233,25 @@ def clip(
     if damage is not None:
         warn_damage(data, damage)
     return feats
+
+
+def model_input(feats_tm: np.ndarray, n_frames: int, n_mels: int, mean: float, std: float,
+                pad: str, valid_s: float | None = None) -> np.ndarray:
+    """(n_frames, n_mels) float32 from a window's fbank, as the loader makes a view (rust/src/
+    loader/sample.rs `put`): normalised as (x - mean) / (2 * std), cut to n_frames, frames past
+    the features padded by `pad` (birdjepa.data.LoaderConfig.pad). `valid_s`: seconds of the
+    window that come from the recording; with pad = "repeat" only their frames are the clip
+    (the rest of the fbank is the zero-padded wave's) and fill the window again from the first."""
+    if feats_tm.shape[1] != n_mels:
+        raise ValueError(f"expected {n_mels} mel bins, got {feats_tm.shape[1]}")
+    out = np.zeros((n_frames, n_mels), np.float32)
+    t = min(n_frames, len(feats_tm))
+    if pad == "repeat" and valid_s is not None:
+        t = min(t, birdjepa.data.config.kaldi_frames(valid_s) if valid_s >= 0.025 else 0)
+    scale = np.float32(1.0 / (2.0 * std))
+    out[:t] = (feats_tm[:t] - np.float32(mean)) * scale
+    if pad == "min" and 0 < t < n_frames:
+        out[t:] = (feats_tm[:t].min() - np.float32(mean)) * scale
+    if pad == "repeat" and 0 < t < n_frames:
+        out[t:] = np.resize(out[:t], (n_frames - t, n_mels))
+    return out

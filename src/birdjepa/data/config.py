@@ -25,6 +25,8 @@ DEFAULT_MEAN = -7.2
 DEFAULT_STD = 4.43
 MAX_WINDOW_S = 3600.0
 
+PADS: tuple[str, ...] = ("zero", "min", "repeat")
+"""What fills the frames past a clip shorter than n_frames (LoaderConfig.pad)."""
 RESAMPLERS: tuple[str, ...] = tuple(birdjepa._rs.RESAMPLERS)
 """The resampling filters by name (rust/src/resample.rs `Filter`, their one declaration;
 birdjepa.data.audio.RESAMPLERS describes them)."""
@@ -126,9 +128,9 @@ class LoaderConfig:
     std: float = DEFAULT_STD
     """Normalisation: (x - mean) / (2 * std)."""
     pad: str = _added("zero")
-    """Frames past a clip's own (5 s: 498 Kaldi frames of 512): "zero", 0.0 after normalising
-    (the mean; our models), or "min", the clip's minimum log-mel before normalising (Bird-MAE's
-    feature extractor and presets)."""
+    """Frames past a clip's own: "zero" (0.0 after normalising), "min" (the clip's minimum
+    log-mel before normalising: Bird-MAE) or "repeat" (the clip again from its first frame:
+    nothing for a model to learn; best for short clips, docs/issues/024-soundscape-abstain)."""
     max_replacements: int = 16
     """Train mode: later rows tried in place of a failed one before the slot is invalid."""
     clip_s: float = 5.0
@@ -233,7 +235,7 @@ class LoaderConfig:
             raise bad_argument("clip_s", "seconds > 0", self.clip_s)
         self._check_window()
         for name, allowed in (("crop", ("random", "events")), ("segment", ("centre", "columns")),
-                              ("pad", ("zero", "min")), ("resampler", (None, *RESAMPLERS))):
+                              ("pad", PADS), ("resampler", (None, *RESAMPLERS))):
             if getattr(self, name) not in allowed:
                 allowed = tuple(a for a in allowed if a is not None)
                 raise bad_argument(name, f"one of {', '.join(allowed)}",

@@ -242,3 +242,14 @@ def plan_corpus(n_recordings: int, seed: int, min_s: float, max_s: float) -> lis
         )
         for i in range(n_recordings)
     ]
+
+
+def with_noise(plans: list[Recording], n_noise: int, seed: int, min_s: float,
+               max_s: float) -> list[Recording]:
+    """`plans` and `n_noise` recordings of background noise alone (plan label -1), in a shuffled
+    order. Each keeps its own plan (a bird recording its audio; a noise one its seed offset)."""
+    extra = plan_corpus(n_noise, seed + 0x401CE, min_s, max_s)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x401CE]))
+    noise = [dataclasses.replace(p, label=-1) for p in extra]
+    both = [*plans, *noise]
+    return [both[int(i)] for i in rng.permutation(len(both))]

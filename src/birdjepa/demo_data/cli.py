@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max_s", type=float_, default=60.0, help="longest recording, seconds")
     p.add_argument("--workers", type=int_, default=None, help="processes (default: up to 2)")
     p.add_flag("overwrite", "replace an existing --out_dir")
+    p.add_argument("--noise", type=int_, default=None,
+                   help="also write this many (>= 0) recordings of background noise alone (no "
+                        "bird: `label` \"noise\", one more class), and a multilabel `labels` "
+                        "column ([] for them) to train "
+                        "\"nothing here\" on (data.label_column = \"labels\")")
     p.add_argument("--soundscapes", type=int_, default=0,
                    help="write instead a test split of this many soundscapes cut into 5 s "
                         "multilabel segments (BirdSet's shape)")
@@ -55,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=a.workers,
             overwrite=a.overwrite,
             verbose=True,
+            noise=a.noise,
         )
     except (FileExistsError, ValueError) as e:
         return cli_args.fail(e)

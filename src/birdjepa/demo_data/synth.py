@@ -168,6 +168,8 @@ def synthesize(plan: catalogue.Recording, *, stems: bool = False) -> np.ndarray 
     """
     rng = np.random.default_rng(np.random.SeedSequence([plan.seed, plan.index, 0xB12D]))
     sr, nf = plan.sample_rate, plan.n_frames
+    if plan.label < 0:
+        return _noise_only(rng, plan)
     dur = nf / sr
     sp = catalogue.SPECIES[plan.label]
 
@@ -224,3 +226,13 @@ def synthesize(plan: catalogue.Recording, *, stems: bool = False) -> np.ndarray 
     peak = float(np.max(np.abs(x))) or 1.0
     x *= rng.uniform(0.25, 0.9) / peak
     return x.astype(np.float32)
+
+
+def _noise_only(rng: np.random.Generator, plan: catalogue.Recording) -> np.ndarray:
+    """A recording without a bird (label -1): coloured noise as under the soundscapes' song, at
+    a level log-uniform over 40 dB around theirs (rms 0.001-0.1), on every channel."""
+    rms = 10 ** rng.uniform(-3.0, -1.0)
+    alpha = rng.uniform(1.0, 2.0)
+    x = np.stack([_coloured_noise(rng, plan.n_frames, plan.sample_rate, alpha) * rms
+                  for _ in range(plan.channels)], axis=1)
+    return np.clip(x, -1.0, 1.0).astype(np.float32)

@@ -49,16 +49,29 @@ SCHEMA = pa.schema(
 )
 
 
-def _features() -> dict:
+LABELS = "labels"
+"""With noise recordings: the multilabel column (HF `Sequence(ClassLabel)` of the species):
+[label] for a bird recording, [] for a noise one, so a run on it trains "nothing here" (sigmoid
+targets of 0). The `label` column then has one more class, "noise" (an explicit noise class for
+a softmax head)."""
+NOISE = "noise"
+"""The `label` class name of the noise recordings (id: the number of species)."""
+
+
+def _features(noise: bool = False) -> dict:
     feats = dict(FEATURES)
-    feats["label"] = {"names": [s.code for s in catalogue.SPECIES], "_type": "ClassLabel"}
+    names = [s.code for s in catalogue.SPECIES]
+    feats["label"] = {"names": names + [NOISE] if noise else names, "_type": "ClassLabel"}
+    if noise:
+        feats[LABELS] = {"feature": {"names": names, "_type": "ClassLabel"}, "_type": "Sequence"}
     return feats
 
 
 
 def _make_row(plan: catalogue.Recording) -> dict:
     x = synth.synthesize(plan)
-    sp = catalogue.SPECIES[plan.label]
+    code, name = (NOISE, "background noise") if plan.label < 0 else (
+        catalogue.SPECIES[plan.label].code, catalogue.SPECIES[plan.label].name)
     rec_id = f"demo-{plan.seed}-{plan.index:06d}"
     _, subtype, ext = catalogue.CODECS[plan.codec]
     serial = zlib.crc32(rec_id.encode())
@@ -67,9 +80,10 @@ def _make_row(plan: catalogue.Recording) -> dict:
             "bytes": codecs.encode(x, plan.sample_rate, plan.codec, serial),
             "path": f"{rec_id}.{ext}",
         },
-        "label": plan.label,
-        "species": sp.code,
-        "common_name": sp.name,
+        "label": plan.label if plan.label >= 0 else len(catalogue.SPECIES),
+        LABELS: [plan.label] if plan.label >= 0 else [],  # dropped without the column
+        "species": code,
+        "common_name": name,
         "recording_id": rec_id,
         "codec": ext,
         "subtype": subtype,
@@ -113,12 +127,15 @@ def write(
     workers: int | None = None,
     overwrite: bool = False,
     verbose: bool = False,
+    noise: int | None = None,
 ) -> dict:
     """Write the corpus to `out_dir` atomically and return a summary.
 
     The summary has `out_dir`, `shards` (paths), `rows_per_shard`, `n_recordings`, `species`
     (codes, the ClassLabel names), `species_names`, `label_counts`, `codec_counts`,
-    `total_bytes` (of the shard files) and `seconds`. `workers` (default: up to 2 processes)
+    `total_bytes` (of the shard files) and `seconds`. `noise` (None: neither): that many more
+    recordings of background noise alone (no bird; `label` "noise", `labels` []), shuffled in
+    among the others, and the `labels` multilabel column on every row. `workers` (default: up to 2 processes)
     changes only the speed, never the bytes. An existing non-empty `out_dir` is an error unless
     `overwrite`.
     """
@@ -134,10 +151,16 @@ def write(
 
     t_start = time.perf_counter()
     plans = catalogue.plan_corpus(n_recordings, seed, min_s, max_s)
+    if noise:
+        plans = catalogue.with_noise(plans, noise, seed, min_s, max_s)
+    labels = noise is not None
+    n_recordings = len(plans)
     sizes = _shard_sizes(n_recordings, n_shards)
     names = [f"data-{i:05d}-of-{n_shards:05d}.arrow" for i in range(n_shards)]
-    features = _features()
-    schema = SCHEMA.with_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    features = _features(labels)
+    schema = SCHEMA if not labels else SCHEMA.insert(
+        2, pa.field(LABELS, pa.list_(pa.int64())))
+    schema = schema.with_metadata({"huggingface": json.dumps({"info": {"features": features}})})
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
@@ -147,7 +170,7 @@ def write(
     rows = _rows(plans, workers)
     try:
         codec_counts, label_counts = _write_shards(tmp, names, sizes, rows, schema, verbose)
-        meta = [n_recordings, n_shards, seed, min_s, max_s, features]
+        meta = [n_recordings, n_shards, seed, min_s, max_s, features] + ([noise] if labels else [])
         _write_metadata(tmp, names, features, fingerprint_of=meta,
                         description=f"birdjepa synthetic bird-song demo corpus: {n_recordings} "
                                     f"recordings of {len(catalogue.SPECIES)} species, seed {seed}")
@@ -185,7 +208,8 @@ def _write_shards(tmp: pathlib.Path, names, sizes, rows, schema, verbose: bool):
                 batch.append(row)
                 key = row["codec"] if row["codec"] != "wav" else f"wav/{row['subtype']}"
                 codec_counts[key] = codec_counts.get(key, 0) + 1
-                label_counts[row["label"]] += 1
+                if row["label"] < len(label_counts):  # a species, not noise
+                    label_counts[row["label"]] += 1
                 done += 1
                 if len(batch) == BATCH_ROWS:
                     w.write_batch(pa.RecordBatch.from_pylist(batch, schema=schema))

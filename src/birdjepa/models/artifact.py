@@ -25,6 +25,7 @@ import typing
 import equinox as eqx
 import jax
 import numpy as np
+import pyarrow as pa
 
 import birdjepa.config
 import birdjepa.config.architecture
@@ -67,8 +68,9 @@ def input_settings(audio: dict, what: str) -> dict:
     if a["fbank"] != birdjepa.data.audio.FBANK_DEFAULTS:
         raise ValueError(f"{what}: fbank: expected the options birdjepa computes "
                          f"{birdjepa.data.audio.FBANK_DEFAULTS}, got {a['fbank']}")
-    if a["pad"] not in ("zero", "min"):
-        raise ValueError(f"{what}: pad: expected 'zero' or 'min', got {a['pad']!r}")
+    if a["pad"] not in birdjepa.data.config.PADS:
+        raise ValueError(f"{what}: pad: expected one of {', '.join(birdjepa.data.config.PADS)}, "
+                         f"got {a['pad']!r}")
     if a["resampler"] not in birdjepa.data.config.RESAMPLERS:
         raise ValueError(f"{what}: resampler: expected one of "
                          f"{', '.join(birdjepa.data.config.RESAMPLERS)}, got {a['resampler']!r}")
@@ -95,6 +97,10 @@ class Model:
     source: str = ""
     info: dict = dataclasses.field(default_factory=dict)
     """The run's config dict and summary (an export), or the import's description."""
+    activation: str = "softmax"
+    """How the head's logits become probabilities, as it was trained: "softmax" (class ids:
+    one class per clip) or "sigmoid" (a list<int> label column: binary cross-entropy per
+    class, an empty list "nothing here"; a window may then have no class at all)."""
 
 
 def _class_names(cfg: birdjepa.config.Config) -> list[str]:
@@ -106,6 +112,17 @@ def _class_names(cfg: birdjepa.config.Config) -> list[str]:
         names = None
     n = cfg.n_classes or 0
     return list(names) if names and len(names) == n else [str(i) for i in range(n)]
+
+
+def _activation(cfg: birdjepa.config.Config) -> str:
+    """The head's activation (Model.activation) from the type of the run's label column;
+    softmax when the training data can no longer be read."""
+    try:
+        col = birdjepa.data.table.read(cfg.data.train_shards, [cfg.data.label_column]).column(0)
+    except (OSError, KeyError, ValueError, TypeError):
+        return "softmax"
+    return "sigmoid" if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) \
+        else "softmax"
 
 
 def load_config(run_dir: str | os.PathLike) -> birdjepa.config.Config:
@@ -150,7 +167,8 @@ def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:
             "checkpoint_digest": birdjepa.runtime.integrity.checkpoint_digest(
                 run_dir, restored.step),
             "summary": birdjepa.runtime.rundir.read_complete(run_dir)}
-    return Model(enc, audio, _class_names(cfg), head, kind, str(run_dir), info)
+    return Model(enc, audio, _class_names(cfg), head, kind, str(run_dir), info,
+                 activation=_activation(cfg))
 
 
 class ExportRefused(ValueError):
@@ -204,7 +222,8 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
             out / "head.safetensors", {"format": FORMAT, "kind": m.head_kind})
     meta = {"format": FORMAT, "version": VERSION,
             "model": dataclasses.asdict(m.encoder.cfg), "audio": m.audio,
-            "head": {"kind": m.head_kind, "classes": m.classes}, **m.info}
+            "head": {"kind": m.head_kind, "classes": m.classes, "activation": m.activation},
+            **m.info}
     (out / "config.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     (out / "README.md").write_text(card.render(meta, run_dir))
     return out
@@ -249,7 +268,8 @@ def load_export(out_dir: str | os.PathLike) -> Model:
         st.check_weights(arrays, str(out / "head.safetensors"))
         head = bird_mae.fill(eqx.filter_eval_shape(make), arrays)
     info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary", "forced")}
-    return Model(enc, a, classes, head, kind, str(out), info)
+    return Model(enc, a, classes, head, kind, str(out), info,
+                 activation=meta["head"].get("activation") or "softmax")
 
 
 def open_model(spec: str | os.PathLike) -> Model:

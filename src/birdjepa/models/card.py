@@ -50,14 +50,25 @@ def resampler_words(a: dict) -> str:
             "away from it, above 14 kHz)")
 
 
+ACTIVATION_WORDS = {
+    "softmax": "softmax over the classes (trained on class ids: one class per window; it "
+               "cannot say \"nothing here\")",
+    "sigmoid": "a sigmoid per class (trained on a list<int> label column with binary "
+               "cross-entropy, an empty list meaning nothing here: a window with every class "
+               "below the threshold, 0.5 by default in our measurements, holds no detection; "
+               "docs/issues/024-soundscape-abstain)"}
+"""How the head's logits become probabilities, by `head.activation` (Model.activation)."""
+
+
 def input_words(a: dict) -> str:
     """The encoder's input (birdjepa.models.artifact.INPUT_KEYS) in words a user of another
     framework can follow."""
     f = a.get("fbank") or {}
     fb = ", ".join(f"{k}={v}" for k, v in f.items())
     where = {"start": "the first", "centre": "the centre"}.get(a.get("window"), "a")
-    pad = ("the clip's minimum log-mel value, before normalising" if a.get("pad") == "min"
-           else "0.0 after normalising")
+    pad = {"min": "the clip's minimum log-mel value, before normalising",
+           "repeat": "the clip's own frames again from its first"}.get(a.get("pad"),
+                                                                     "0.0 after normalising")
     return (f"mono audio resampled to {a['sample_rate']} Hz {resampler_words(a)}; {where} "
             f"{a['window_s']} s of a "
             f"recording, zero-padded to {a['window_s']} s when shorter; a Kaldi log-mel fbank "
@@ -92,6 +103,7 @@ def render(meta: dict, run_dir=None) -> str:
         f"`{data.get('eval_shards')}`, label column `{data.get('label_column')}`",
         f"- input: {input_words(a)}",
         f"- head: {head.get('kind')} over {len(classes)} classes: {shown}",
+        f"- probabilities: {ACTIVATION_WORDS[head.get('activation') or 'softmax']}",
         "",
         "## Evaluation",
         "",
@@ -125,9 +137,13 @@ def onnx_lines(meta: dict) -> list[str]:
     a, o = meta["audio"], meta["onnx"]
     (name, shape), = o["input"].items()
     outs = [f"- `{k}` float32 ({', '.join(map(str, v))})" for k, v in o["outputs"].items()]
-    head = ("`probabilities` is the softmax of `logits` over the classes (one class per window, "
-            "as the supervised objective trains; take a sigmoid of `logits` for independent "
-            "classes); the classes in index order are `head.classes` in config.json. "
+    sigmoid = ("`probabilities` is the sigmoid of each of `logits` (independent classes, as "
+               "the head was trained: binary cross-entropy, an empty label set meaning nothing "
+               "here; a window with every class below the threshold holds no detection); ")
+    softmax = ("`probabilities` is the softmax of `logits` over the classes (one class per "
+               "window, as the head was trained: it cannot say \"nothing here\"); ")
+    head = ((sigmoid if o.get("activation") == "sigmoid" else softmax)
+            + "the classes in index order are `head.classes` in config.json. "
             if "logits" in o["outputs"] else "")
     return [
         "## ONNX",
@@ -201,6 +217,11 @@ def _pad_steps(a: dict) -> list[str]:
                 "minimum log-mel value (before normalising, as Bird-MAE's extractor does).",
                 f"5. Normalise: {norm}, giving (n_frames, n_mels) per window; stack windows on "
                 "the batch axis."]
+    if a.get("pad") == "repeat":
+        return [f"4. Normalise: {norm}.",
+                f"5. Keep the first {a['n_frames']} frames; fill missing frames by repeating "
+                "the window's frames from its first (np.resize), giving (n_frames, n_mels) per "
+                "window; stack windows on the batch axis."]
     return [f"4. Normalise: {norm}.",
             f"5. Keep the first {a['n_frames']} frames; pad missing frames with 0.0 (after "
             "normalising), giving (n_frames, n_mels) per window; stack windows on the batch axis."]
@@ -212,4 +233,6 @@ def _pad_code(a: dict) -> list[str]:
     if a.get("pad") == "min":
         return [f"x = np.pad(x[:{n}], ((0, max(0, {n} - len(x))), (0, 0)), "
                 "constant_values=x.min())", norm]
+    if a.get("pad") == "repeat":
+        return [norm, f"x = np.resize(x[:{n}], ({n}, x.shape[1]))"]
     return [norm, f"x = np.pad(x[:{n}], ((0, max(0, {n} - len(x))), (0, 0)))"]

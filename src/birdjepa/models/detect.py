@@ -21,8 +21,9 @@ DESCRIPTION = """\
 Species detections from a model with a class head: a run directory or an export of a run
 trained with the supervised objective (its head) or any objective (its online linear probe).
 Every recording is cut into windows of --window_s seconds every --hop_s seconds; each window's
-class probabilities come from the head (--activation softmax: one class per window, as the
-supervised objective trains; sigmoid: independent classes). Rows are the --top_k most
+class probabilities come from the head, by default as it was trained (--activation: softmax for
+class ids, one class per window; sigmoid for a list<int> label column, independent classes that
+can all stay below --min_conf: "nothing here"). Rows are the --top_k most
 probable classes of each window with confidence >= --min_conf, in the columns BirdNET users
 know: file (or, for a dataset, row and every other column of the dataset, as embed writes
 them), start_s, end_s (never past the recording's end),
@@ -38,8 +39,8 @@ def parser() -> cli_args.Parser:
                    help="smallest confidence written, in [0, 1]")
     p.add_argument("--top_k", type=cli_args.converter(int), default=3,
                    help="most probable classes per window (>= 1)")
-    p.add_argument("--activation", choices=("softmax", "sigmoid"), default="softmax",
-                   help="how logits become probabilities")
+    p.add_argument("--activation", choices=("auto", "softmax", "sigmoid"), default="auto",
+                   help="how logits become probabilities; auto: as the head was trained")
     p.add_argument("--format", choices=("table", "raven"), default="table",
                    help="table: the rows above (format from --out's suffix); raven: Raven Pro "
                    "selection tables (audio-file SOURCEs), with --out FILE.txt one combined "
@@ -67,9 +68,9 @@ def probabilities(m: export.Model, src: runner.Source, args) -> tuple[dict, np.n
                         settings=runner.files(args))
     emb = jnp.asarray(out[pool].reshape(len(out["row"]), -1))
     logits = np.asarray(eqx.filter_jit(lambda h, x: h(x))(m.head, emb))
-    act = jax.nn.softmax if args.activation == "softmax" else jax.nn.sigmoid
-    return runner.where(src, out, w, durations), np.asarray(act(logits, axis=-1) if args.activation ==
-                                                 "softmax" else act(logits))
+    kind = m.activation if args.activation == "auto" else args.activation
+    probs = jax.nn.softmax(logits, axis=-1) if kind == "softmax" else jax.nn.sigmoid(logits)
+    return runner.where(src, out, w, durations), np.asarray(probs)
 
 
 def detections(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: float,
@@ -104,7 +105,7 @@ def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
 
 def predict(model, source, *, window_s: float = 5.0, hop_s: float | None = None,
             centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
-            activation: str = "softmax", batch_size: int = 64, n_workers: int = 2,
+            activation: str = "auto", batch_size: int = 64, n_workers: int = 2,
             audio_column: str = "audio", audio_root: str = "",
             path_map: dict[str, str] | None = None) -> dict[str, pa.Array]:
     """`birdjepa.predict(model, source)`: the detection rows `python -m birdjepa.predict` writes

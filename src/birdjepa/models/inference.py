@@ -62,8 +62,8 @@ class Windows:
     std: float = birdjepa.data.DEFAULT_STD
     """Normalisation of the log-mel values, as the loader's: (x - mean) / (2 * std)."""
     pad: str = "zero"
-    """Frames past a clip shorter than n_frames: "zero" (0.0 after normalising) or "min" (the
-    clip's minimum log-mel value before normalising: Bird-MAE)."""
+    """Frames past a clip shorter than n_frames: "zero" (0.0 after normalising), "min" (the
+    clip's minimum log-mel value before normalising: Bird-MAE) or "repeat" (the clip again)."""
     segment: str = "centre"
     """With `centre`: "centre" (the loader's eval crop; a file no longer than the window whole)
     or "columns" (each row's [start, end] s from `segment_columns`, cut there; shards only)."""
@@ -84,17 +84,10 @@ class Windows:
         n = 1 + max(0, -(-(n_samples - win) // hop))
         return [i * hop / sr for i in range(n)]
 
-    def normalise(self, feats_tm: np.ndarray) -> np.ndarray:
-        """(n_frames, n_mels) float32: the loader's normalisation, then cut or pad."""
-        if feats_tm.shape[1] != self.n_mels:
-            raise ValueError(f"expected {self.n_mels} mel bins, got {feats_tm.shape[1]}")
-        out = np.zeros((self.n_frames, self.n_mels), np.float32)
-        t = min(self.n_frames, len(feats_tm))
-        scale = np.float32(1.0 / (2.0 * self.std))
-        out[:t] = (feats_tm[:t] - np.float32(self.mean)) * scale
-        if self.pad == "min" and 0 < t < self.n_frames:
-            out[t:] = (feats_tm[:t].min() - np.float32(self.mean)) * scale
-        return out
+    def normalise(self, feats_tm: np.ndarray, valid_s: float | None = None) -> np.ndarray:
+        """(n_frames, n_mels) float32 encoder input (birdjepa.data.audio.model_input)."""
+        return birdjepa.data.audio.model_input(feats_tm, self.n_frames, self.n_mels, self.mean,
+                                               self.std, self.pad, valid_s)
 
     @classmethod
     def for_model(cls, audio: dict, *, window_s: float | None = None, **kw) -> "Windows":
@@ -196,7 +189,8 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
             piece = np.zeros(win, np.float32)
             piece[: len(x[a : a + win])] = x[a : a + win]
             return w.normalise(birdjepa.data.audio.fbank(piece, sample_rate=w.sample_rate,
-                                                         n_mels=w.n_mels)), None
+                                                         n_mels=w.n_mels),
+                               len(x[a : a + win]) / w.sample_rate), None
         return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut, None
     data = (birdjepa.data.paths.read_file(item, max_audio_mb) if isinstance(item, str | os.PathLike)
             else birdjepa.data.audio._bytes(item))
@@ -211,7 +205,7 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
         feats, damage = birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
                                                  sample_rate=w.sample_rate, n_mels=w.n_mels,
                                                  resampler=w.resampler, with_damage=True)
-        return w.normalise(feats), damage
+        return w.normalise(feats, min(w.window_s, n / sr - s)), damage
     return n / sr, w.starts(n, sr), clip, damage
 
 

@@ -4,8 +4,8 @@
     out_dir/model.onnx    input  "fbank"          float32 (batch, n_frames, n_mels), normalised
                           output "embedding"      float32 (batch, width): the pooled embedding
                           with a head, also "logits" (batch, classes) and "probabilities"
-                          (softmax over the classes, what `python -m birdjepa.predict` reports
-                          by default)
+                          (the head's activation as trained, softmax or sigmoid: what
+                          `python -m birdjepa.predict` reports by default)
     out_dir/config.json   model, audio settings, class names, the ONNX input/output contract
     out_dir/README.md     a model card: how to compute "fbank" without this package
 
@@ -65,13 +65,14 @@ def graph_fn(m):
     """fbank (b, t, m) -> embedding, or (embedding, logits, probabilities) with a head."""
     enc = for_export(m.encoder)
     head = m.head
+    act = (lambda x: jax.nn.softmax(x, axis=-1)) if m.activation == "softmax" else jax.nn.sigmoid
 
     def fn(fbank_btm):
         emb_bd = enc(fbank_btm).pooled_bd
         if head is None:
             return emb_bd
         logits_bc = head(emb_bd)
-        return emb_bd, logits_bc, jax.nn.softmax(logits_bc, axis=-1)
+        return emb_bd, logits_bc, act(logits_bc)
 
     return fn
 
@@ -84,7 +85,7 @@ def contract(m) -> dict:
         outputs |= {"logits": ["batch", n], "probabilities": ["batch", n]}
     return {"file": FILE, "input": {INPUT: ["batch", a["n_frames"], a["n_mels"]]},
             "dtype": "float32", "outputs": outputs, "pool": m.encoder.cfg.pool,
-            "activation": "softmax" if m.head is not None else None,
+            "activation": m.activation if m.head is not None else None,
             "exported_dtype_note": f"computed in float32 (trained with compute_dtype "
                                    f"{m.encoder.cfg.compute_dtype})"}
 
@@ -108,7 +109,8 @@ def export(m, out_dir: str | os.PathLike) -> pathlib.Path:
     (out / FILE).write_bytes(proto.SerializeToString())
     meta = {"format": FORMAT, "version": VERSION,
             "model": dataclasses.asdict(m.encoder.cfg), "audio": m.audio,
-            "head": {"kind": m.head_kind, "classes": m.classes}, "onnx": contract(m),
+            "head": {"kind": m.head_kind, "classes": m.classes, "activation": m.activation},
+            "onnx": contract(m),
             "source": m.source, **m.info}
     (out / "config.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     run_dir = m.source if "config" in m.info else None

@@ -170,6 +170,8 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
                                     after_step=resume_step or 0)
     owns = loaders is None or callable(loaders)
     train, evals = _open_loaders(cfg, loaders, train_state)
+    if resume_step is None and getattr(train, "multilabel", False):  # sigmoid heads: a prior
+        state = birdjepa.train.state.with_prior_bias(state, cfg.n_classes, mesh)
     return Run(cfg=cfg, dir=run_dir, is_main=is_main, ckpt=ckpt, state=state, static=static,
                tx=tx, mesh=mesh, train_loader=train, eval_loader=evals, meta=meta,
                owns_loaders=owns, lock=lock)
