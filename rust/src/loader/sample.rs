@@ -510,8 +510,10 @@ mod tests {
 
     #[test]
     fn pad_repeat_tiles_the_clip_from_its_first_frame() {
-        let mut c = LoaderConfig::default();
-        c.pad = "repeat".into();
+        let c = LoaderConfig {
+            pad: "repeat".into(),
+            ..Default::default()
+        };
         // Two frames of two mels, into five frames: frames 0 1 0 1 0.
         let frames = [1.0f32, 2.0, 3.0, 4.0];
         let mut dst = [9.0f32; 10];
