@@ -419,10 +419,9 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, typing.Any]:
 
 LEGACY = {**model_cfg.LEGACY, "data.resampler": birdjepa.data.config.LEGACY_RESAMPLER,
           "objective.supervised.mix": 0.0}
-"""Fields added after runs were saved whose saved absence means a value other than today's
-default: the model fields of model_cfg.LEGACY, data.resampler (a run saved before it
-resampled with the legacy filter; an unset one in a new config is resolved by
-`with_resampler`), and objective.supervised.mix (off)."""
+"""Fields added after runs were saved, by the value their absence means (left out of the hash at
+it): the model fields of model_cfg.LEGACY, data.resampler (the legacy filter; an unset one in a
+new config is resolved by `with_resampler`) and objective.supervised.mix (off)."""
 
 
 def _legacy_default(key: str, value) -> bool:
