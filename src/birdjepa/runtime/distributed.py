@@ -5,8 +5,9 @@ tasks the coordinator is taken explicitly from `submitit.helpers.TorchDistribute
 (JAX's own Slurm auto-detection picks a coordinator port the tasks do not agree on, and jobs died
 at the heartbeat timeout in the system this replaces). Only its attributes are read: in
 submitit 1.5.4 `set_cuda_visible_devices` is an argument of `export()`, which would also rewrite
-CUDA_VISIBLE_DEVICES per rank, and is not called: each process sees every GPU of its node, so
-run one task per node on GPUs (the launcher's default; several tasks per node are for CPU).
+CUDA_VISIBLE_DEVICES per rank, and is not called. Which GPUs a process drives follows what Slurm
+gave it (`slurm_env.local_device_ids`); a coordinator that resolves to a loopback address is refused when
+the job spans hosts (`slurm_env.check_coordinator`).
 
 Failure modes (measured on CPU/gloo): a peer that dies makes the survivor's next collective raise
 ("Connection closed by peer"), and its exit then aborts in C++ (SIGABRT, status 134) when the
@@ -15,11 +16,13 @@ coordination service's shutdown barrier fails: ~10 s with a 15 s heartbeat timeo
 
 import dataclasses
 import logging
+import os
 
 import jax
 import numpy as np
 
 import birdjepa.config.cluster
+import birdjepa.runtime.slurm_env as slurm_env
 
 DistributedConfig = birdjepa.config.cluster.DistributedConfig
 
@@ -50,6 +53,7 @@ def initialize(cfg: DistributedConfig) -> Topology:
     if env is None or env.world_size == 1:
         return Topology(process_index=0, process_count=1, coordinator=None)
     coordinator = f"{env.master_addr}:{env.master_port}"
+    slurm_env.check_coordinator(env.master_addr, env.world_size // max(env.local_world_size, 1))
     if not jax.distributed.is_initialized():
         logger.info("jax.distributed: rank %d of %d via %s", env.rank, env.world_size, coordinator)
         jax.distributed.initialize(
@@ -59,6 +63,7 @@ def initialize(cfg: DistributedConfig) -> Topology:
             initialization_timeout=cfg.init_timeout_s,
             heartbeat_timeout_seconds=cfg.heartbeat_timeout_s,
             shutdown_timeout_seconds=cfg.shutdown_timeout_s,
+            local_device_ids=slurm_env.local_device_ids(os.environ),
         )
     if jax.process_count() != env.world_size or jax.process_index() != env.rank:
         raise RuntimeError(

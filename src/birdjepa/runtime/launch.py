@@ -34,6 +34,7 @@ import birdjepa.gpuplan.targets
 import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.job
 import birdjepa.runtime.rundir
+import birdjepa.runtime.slurm_env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,8 +228,38 @@ def plan_lines(cfg: birdjepa.config.Config, lc: LaunchConfig) -> list[tuple[str,
     return [birdjepa.gpuplan.rules.entry_line(cfg, lc.slurm.gpu, devices, rows, lc.plan)]
 
 
+def layout_lines(lc: LaunchConfig) -> list[str]:
+    """Each rank's place in a Slurm run: node, local rank, the node's GPUs it drives
+    (birdjepa.runtime.slurm_env.local_device_ids with every GPU of the node visible to each
+    task; Slurm names the hosts at start) and the coordinator (rank 0's host)."""
+    s = lc.slurm
+    if lc.executor != "slurm":
+        return []
+    gpus = ",".join(map(str, range(s.gpus_per_node)))
+    out = [f"layout: {s.nodes} node(s) x {s.tasks_per_node} task(s) = "
+           f"{s.nodes * s.tasks_per_node} JAX process(es); coordinator: node 0 (the first host "
+           "of SLURM_JOB_NODELIST, never loopback when nodes > 1), port from the job id"]
+    for rank in range(s.nodes * s.tasks_per_node):
+        node, local = divmod(rank, s.tasks_per_node)
+        env = {"SLURM_STEP_TASKS_PER_NODE": f"{s.tasks_per_node}(x{s.nodes})",
+               "SLURM_NODEID": str(node), "SLURM_LOCALID": str(local)}
+        if gpus:
+            env |= {"SLURM_STEP_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus}
+        try:
+            ids = birdjepa.runtime.slurm_env.local_device_ids(env)
+        except ValueError as e:
+            raise SweepError(f"--slurm.gpus_per_node {s.gpus_per_node} over --slurm."
+                             f"tasks_per_node {s.tasks_per_node}: {e}") from None
+        where = ("CPU" if not gpus else f"GPUs {gpus}" if ids is None
+                 else "GPUs " + ",".join(map(str, ids)))
+        out.append(f"layout: rank {rank}: node {node}, local rank {local}, {where}")
+    return out
+
+
 def _dry_run(entries: dict[int, birdjepa.config.Config], lc: LaunchConfig) -> None:
     """`entries`: the sweep's own index -> config, for the entries selected."""
+    for line in layout_lines(lc):
+        print(line)
     failed = unfit = 0
     for i, c in entries.items():
         print(f"# {c.run_id}\n{birdjepa.config.to_toml(c)}")
