@@ -113,6 +113,8 @@ def test_demo_noise_recordings_are_empty_label_sets(demo_corpus):
     np.testing.assert_array_equal(y.sum(1), [0.0 if r in noise else 1.0 for r in rows])
     assert "labels" not in birdjepa.data.table.column_names(plain["out_dir"])
     assert writer.LABELS == "labels"
+    with pytest.raises(ValueError, match="noise: expected a number of recordings >= 0, got -1"):
+        writer.write(noisy["out_dir"] + "-x", n_recordings=2, n_shards=1, noise=-1)
 
 
 def test_mixup_joins_labels_and_mixes_powers():

@@ -143,6 +143,8 @@ def write(
         raise ValueError(f"need 1 <= n_shards <= n_recordings, got {n_shards}, {n_recordings}")
     if not 0 < min_s <= max_s:
         raise ValueError(f"need 0 < min_s <= max_s, got {min_s}, {max_s}")
+    if noise is not None and noise < 0:
+        raise ValueError(f"noise: expected a number of recordings >= 0, got {noise}")
     out = pathlib.Path(out_dir)
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True)")

@@ -31,6 +31,7 @@ import birdjepa.config
 import birdjepa.config.architecture
 import birdjepa.data.audio
 import birdjepa.data.config
+import birdjepa.data.ipc
 import birdjepa.data.table
 import birdjepa.model
 import birdjepa.models.bird_mae as bird_mae
@@ -117,12 +118,12 @@ def _class_names(cfg: birdjepa.config.Config) -> list[str]:
 def _activation(cfg: birdjepa.config.Config) -> str:
     """The head's activation (Model.activation) from the type of the run's label column;
     softmax when the training data can no longer be read."""
-    try:
-        col = birdjepa.data.table.read(cfg.data.train_shards, [cfg.data.label_column]).column(0)
-    except (OSError, KeyError, ValueError, TypeError):
+    try:  # the first shard's schema: no rows read
+        first = birdjepa.data.resolve_shards(cfg.data.train_shards)[0]
+        kind = birdjepa.data.ipc.schema(first).field(cfg.data.label_column).type
+    except (OSError, KeyError, ValueError, TypeError, IndexError):
         return "softmax"
-    return "sigmoid" if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) \
-        else "softmax"
+    return "sigmoid" if pa.types.is_list(kind) or pa.types.is_large_list(kind) else "softmax"
 
 
 def load_config(run_dir: str | os.PathLike) -> birdjepa.config.Config:
