@@ -59,16 +59,20 @@ def test_shared_gpus_are_split_by_local_rank():
         is None
 
 
-def test_a_loopback_coordinator_is_refused_when_the_job_spans_hosts():
-    slurm_env.check_coordinator("localhost", 1)  # one host: loopback is right
-    with pytest.raises(RuntimeError, match="expected an address the job's 2 hosts can reach, "
-                                           "got loopback 127.0.0.1"):
-        slurm_env.check_coordinator("localhost", 2)
+def test_a_loopback_coordinator_is_refused_on_the_other_hosts():
+    """Across hosts, a coordinator name that resolves to loopback on a host other than the
+    coordinator's would make that host wait on nothing; on the coordinator's own host (and in a
+    one-host job) loopback reaches it."""
+    slurm_env.check_coordinator("localhost", 1, coordinator_node=False)  # one host
+    slurm_env.check_coordinator("localhost", 2, coordinator_node=True)  # its own host
+    with pytest.raises(RuntimeError, match="expected the address of the job's first host "
+                                           r"\(of 2\), got loopback 127.0.0.1 on this host"):
+        slurm_env.check_coordinator("localhost", 2, coordinator_node=False)
     with pytest.raises(RuntimeError, match="got loopback 127.0.1.1"):
-        slurm_env.check_coordinator("127.0.1.1", 4)
-    slurm_env.check_coordinator("10.0.0.1", 2)  # a routable address passes
+        slurm_env.check_coordinator("127.0.1.1", 4, coordinator_node=False)
+    slurm_env.check_coordinator("10.0.0.1", 2, coordinator_node=False)  # routable
     with pytest.raises(RuntimeError, match="cannot be resolved"):
-        slurm_env.check_coordinator("no-such-host.invalid", 2)
+        slurm_env.check_coordinator("no-such-host.invalid", 2, coordinator_node=False)
 
 
 def test_launch_dry_run_prints_each_ranks_node_and_gpus():

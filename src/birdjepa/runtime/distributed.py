@@ -53,7 +53,8 @@ def initialize(cfg: DistributedConfig) -> Topology:
     if env is None or env.world_size == 1:
         return Topology(process_index=0, process_count=1, coordinator=None)
     coordinator = f"{env.master_addr}:{env.master_port}"
-    slurm_env.check_coordinator(env.master_addr, env.world_size // max(env.local_world_size, 1))
+    slurm_env.check_coordinator(env.master_addr, env.world_size // max(env.local_world_size, 1),
+                                coordinator_node=env.rank < env.local_world_size)
     if not jax.distributed.is_initialized():
         logger.info("jax.distributed: rank %d of %d via %s", env.rank, env.world_size, coordinator)
         jax.distributed.initialize(

@@ -58,11 +58,14 @@ def local_device_ids(environ: Mapping[str, str]) -> list[int] | None:
     return list(range(local * k, (local + 1) * k))
 
 
-def check_coordinator(address: str, n_nodes: int) -> None:
-    """Refuse a coordinator host that resolves to a loopback address when the job spans
-    `n_nodes` > 1 hosts: every other host would wait on a coordinator of its own (a Debian
-    /etc/hosts maps the machine's own name to 127.0.1.1)."""
-    if n_nodes <= 1:
+def check_coordinator(address: str, n_nodes: int, *, coordinator_node: bool) -> None:
+    """Refuse, on a host other than the coordinator's (`coordinator_node` False) of a job that
+    spans `n_nodes` > 1 hosts, a coordinator name that resolves to a loopback address there: this
+    process would wait on a coordinator of its own until the start times out. On the
+    coordinator's own host loopback reaches it (the service listens on every interface; a Debian
+    /etc/hosts maps the machine's own name to 127.0.1.1, and that works:
+    docs/issues/025-many-hosts)."""
+    if n_nodes <= 1 or coordinator_node:
         return
     try:
         resolved = socket.gethostbyname(address)
@@ -70,6 +73,7 @@ def check_coordinator(address: str, n_nodes: int) -> None:
         raise RuntimeError(f"coordinator {address!r}: cannot be resolved ({e}); every host "
                            "must reach the first host of SLURM_JOB_NODELIST") from None
     if ipaddress.ip_address(resolved).is_loopback:
-        raise RuntimeError(f"coordinator {address!r}: expected an address the job's {n_nodes} "
-                           f"hosts can reach, got loopback {resolved}; map the host name to its "
-                           "network address (/etc/hosts, DNS)")
+        raise RuntimeError(f"coordinator {address!r}: expected the address of the job's first "
+                           f"host (of {n_nodes}), got loopback {resolved} on this host, "
+                           f"{socket.gethostname()}; map the name to that host's network "
+                           "address (/etc/hosts, DNS)")
