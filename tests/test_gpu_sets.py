@@ -50,7 +50,7 @@ def test_shared_gpus_are_split_by_local_rank():
     # Nothing visible named, the step's list only.
     e = env(SLURM_STEP_TASKS_PER_NODE="4", SLURM_LOCALID=2, SLURM_STEP_GPUS="0,1,2,3")
     assert slurm_env.local_device_ids(e) == [2]
-    with pytest.raises(ValueError, match="expected the node's 3 GPUs .* to divide evenly over "
+    with pytest.raises(slurm_env.SlurmEnvError, match="expected the node's 3 GPUs .* to divide evenly over "
                                          "its 2 tasks"):
         slurm_env.local_device_ids(env(SLURM_STEP_TASKS_PER_NODE="2", SLURM_LOCALID=0,
                                          CUDA_VISIBLE_DEVICES="0,1,2"))
@@ -65,13 +65,13 @@ def test_a_loopback_coordinator_is_refused_on_the_other_hosts():
     one-host job) loopback reaches it."""
     slurm_env.check_coordinator("localhost", 1, coordinator_node=False)  # one host
     slurm_env.check_coordinator("localhost", 2, coordinator_node=True)  # its own host
-    with pytest.raises(RuntimeError, match="expected the address of the job's first host "
+    with pytest.raises(slurm_env.SlurmEnvError, match="expected the address of the job's first host "
                                            r"\(of 2\), got loopback 127.0.0.1 on this host"):
         slurm_env.check_coordinator("localhost", 2, coordinator_node=False)
-    with pytest.raises(RuntimeError, match="got loopback 127.0.1.1"):
+    with pytest.raises(slurm_env.SlurmEnvError, match="got loopback 127.0.1.1"):
         slurm_env.check_coordinator("127.0.1.1", 4, coordinator_node=False)
     slurm_env.check_coordinator("10.0.0.1", 2, coordinator_node=False)  # routable
-    with pytest.raises(RuntimeError, match="cannot be resolved"):
+    with pytest.raises(slurm_env.SlurmEnvError, match="cannot be resolved"):
         slurm_env.check_coordinator("no-such-host.invalid", 2, coordinator_node=False)
 
 

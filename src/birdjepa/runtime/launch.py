@@ -247,7 +247,7 @@ def layout_lines(lc: LaunchConfig) -> list[str]:
             env |= {"SLURM_STEP_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus}
         try:
             ids = birdjepa.runtime.slurm_env.local_device_ids(env)
-        except ValueError as e:
+        except birdjepa.runtime.slurm_env.SlurmEnvError as e:
             raise SweepError(f"--slurm.gpus_per_node {s.gpus_per_node} over --slurm."
                              f"tasks_per_node {s.tasks_per_node}: {e}") from None
         where = ("CPU" if not gpus else f"GPUs {gpus}" if ids is None

@@ -7,6 +7,11 @@ import socket
 from collections.abc import Mapping
 
 
+class SlurmEnvError(RuntimeError):
+    """What Slurm gave this task cannot work (GPUs that do not divide over the node's tasks, a
+    coordinator this host cannot reach): reported in one line at start."""
+
+
 def _gpu_list(value: str | None) -> list[str] | None:
     """A CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS value as its entries (None: unset or empty)."""
     items = [v.strip() for v in (value or "").split(",") if v.strip()]
@@ -38,7 +43,7 @@ def local_device_ids(environ: Mapping[str, str]) -> list[int] | None:
     * Every GPU of the node visible to every task (CUDA_VISIBLE_DEVICES the step's whole set,
       or no SLURM_STEP_GPUS to compare with; or only SLURM_STEP_GPUS set): an equal share by
       SLURM_LOCALID, e.g. 4 GPUs, 2 tasks, local task 1 -> [2, 3];
-      GPUs that do not divide evenly over the tasks are a ValueError naming both counts."""
+      GPUs that do not divide evenly over the tasks are a SlurmEnvError naming both counts."""
     n_tasks = tasks_on_node(environ)
     if n_tasks <= 1:
         return None
@@ -50,7 +55,7 @@ def local_device_ids(environ: Mapping[str, str]) -> list[int] | None:
     if gpus is None:
         return None  # no GPUs named: CPU processes, nothing to split
     if len(gpus) % n_tasks:
-        raise ValueError(f"GPUs per task: expected the node's {len(gpus)} GPUs ({','.join(gpus)}) "
+        raise SlurmEnvError(f"GPUs per task: expected the node's {len(gpus)} GPUs ({','.join(gpus)}) "
                          f"to divide evenly over its {n_tasks} tasks, got a remainder of "
                          f"{len(gpus) % n_tasks}; ask Slurm for --gpus-per-task")
     k = len(gpus) // n_tasks
@@ -70,10 +75,10 @@ def check_coordinator(address: str, n_nodes: int, *, coordinator_node: bool) -> 
     try:
         resolved = socket.gethostbyname(address)
     except OSError as e:
-        raise RuntimeError(f"coordinator {address!r}: cannot be resolved ({e}); every host "
+        raise SlurmEnvError(f"coordinator {address!r}: cannot be resolved ({e}); every host "
                            "must reach the first host of SLURM_JOB_NODELIST") from None
     if ipaddress.ip_address(resolved).is_loopback:
-        raise RuntimeError(f"coordinator {address!r}: expected the address of the job's first "
+        raise SlurmEnvError(f"coordinator {address!r}: expected the address of the job's first "
                            f"host (of {n_nodes}), got loopback {resolved} on this host, "
                            f"{socket.gethostname()}; map the name to that host's network "
                            "address (/etc/hosts, DNS)")

@@ -24,6 +24,7 @@ import birdjepa.runtime.cli_args
 import birdjepa.runtime.distributed
 import birdjepa.runtime.preemption
 import birdjepa.runtime.save_failure
+import birdjepa.runtime.slurm_env
 import birdjepa.train.feed
 import birdjepa.train.loop
 import birdjepa.train.run
@@ -38,7 +39,7 @@ EXIT_INTERRUPTED = birdjepa.runtime.preemption.EXIT_INTERRUPTED
 FAILURES = (birdjepa.train.loop.EvaluationError, birdjepa.train.run.UnsoundRunError,
             birdjepa.train.step.NonFiniteError, birdjepa.runtime.checkpoint.CorruptCheckpointError,
             birdjepa.runtime.save_failure.CheckpointWriteError, birdjepa.train.feed.EmptyBatchError,
-            birdjepa.TooManyFailuresError)
+            birdjepa.TooManyFailuresError, birdjepa.runtime.slurm_env.SlurmEnvError)
 """Run outcomes reported in one line (exit 1), not as a crash."""
 
 
