@@ -66,18 +66,19 @@ class SlurmClusterError(RuntimeError):
     """The cluster could not be installed, started or queried."""
 
 
-def missing_binaries() -> list[str]:
-    return [b for b in BINARIES if shutil.which(b) is None]
+def missing_binaries(binaries=BINARIES) -> list[str]:
+    return [b for b in binaries if shutil.which(b) is None]
 
 
-def ensure_installed(timeout: float = 480.0) -> float:
-    """Install the Debian packages if any binary is missing; return the seconds spent."""
+def ensure_installed(timeout: float = 480.0, *, binaries=BINARIES, packages=PACKAGES) -> float:
+    """Install the Debian `packages` (default: Slurm's) if any of `binaries` is missing; return
+    the seconds spent."""
     global _apt_updated
-    if not missing_binaries():
+    if not missing_binaries(binaries):
         return 0.0
     if os.geteuid() != 0:
         raise SlurmClusterError(
-            f"missing {missing_binaries()} and not root: install {' '.join(PACKAGES)}"
+            f"missing {missing_binaries(binaries)} and not root: install {' '.join(packages)}"
         )
     t0 = time.monotonic()
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -94,7 +95,7 @@ def ensure_installed(timeout: float = 480.0) -> float:
         if not _apt_updated:
             steps.append(["apt-get", *lock, "update", "-q"])
         steps.append(
-            ["apt-get", *lock, "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
+            ["apt-get", *lock, "install", "-y", "-q", "--no-install-recommends", *packages]
         )
         for cmd in steps:
             left = timeout - (time.monotonic() - t0)
@@ -113,8 +114,8 @@ def ensure_installed(timeout: float = 480.0) -> float:
     finally:
         if made_policy:
             policy.unlink(missing_ok=True)
-    if missing_binaries():
-        raise SlurmClusterError(f"still missing after install: {missing_binaries()}")
+    if missing_binaries(binaries):
+        raise SlurmClusterError(f"still missing after install: {missing_binaries(binaries)}")
     return time.monotonic() - t0
 
 
