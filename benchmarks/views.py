@@ -11,11 +11,13 @@ training config's data settings (views, view window, frames, mels, sample rate) 
 (default: the demo corpus, data/demo/train) as stored and packed by `sources pack --codec C
 --sample_rate <the config's>` for each codec of `--pack` (wav,flac): clips/s, clips per
 CPU-second of the whole process, transform CPU per clip, peak RSS and the ratio to the corpus as
-stored (docs/issues/022-gpu-kept-busy).
+stored (docs/issues/022-gpu-kept-busy). `--after_compile`: each form also in a process that first
+compiled the config's update, as a training process has (section 7 there).
 """
 
 import dataclasses
 import json
+import multiprocessing
 import os
 import tempfile
 import time
@@ -72,6 +74,22 @@ def bench(paths, args) -> dict:
     return out
 
 
+def _after_compile(cfg_name: str, *run_args, **run_kw) -> dict:
+    """`loader.run_rust` in a process that first compiled configs/NAME.toml's update (XLA,
+    nothing allocated), as the loader of a training process runs: the allocator's arenas then
+    hold what the compiler freed."""
+    import benchmarks.train
+
+    cfg = benchmarks.configs.load(cfg_name, None, "gpu")  # the config's own batch
+    benchmarks.train.memory_analysis(dataclasses.replace(cfg, n_classes=cfg.n_classes or 10))
+    return loader.run_rust(*run_args, **run_kw)
+
+
+def _isolated(fn, *args, **kw):
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args, kw)
+
+
 def at_config(args) -> dict:
     """Clips per CPU-second at a training config's data settings (`--config`), over `--data`
     as stored and packed at the config's sample rate by `sources pack --codec C` for each C of
@@ -112,6 +130,16 @@ def at_config(args) -> dict:
                 print(f"{name:<24} {w:>7} {r['clips_per_s']:8.1f} {r['clips_per_cpu_s']:11.1f} "
                       f"{r['worker_cpu_ms_per_clip']:8.2f} {r['peak_rss_mb']:6.0f}MB "
                       f"{r['clips_per_cpu_s'] / base:8.2f}x  {loader._load()}", flush=True)
+                if args.after_compile:
+                    a = max((_isolated(_after_compile, args.config, paths, args.batches,
+                                       args.batch_size, w, "audio",
+                                       config=dataclasses.replace(loader_cfg, n_workers=w))
+                             for _ in range(args.repeat)), key=lambda x: x["clips_per_cpu_s"])
+                    res[f"{w}w {name} after compile"] = a
+                    print(f"{'  after a compile':<24} {w:>7} {a['clips_per_s']:8.1f} "
+                          f"{a['clips_per_cpu_s']:11.1f} {a['worker_cpu_ms_per_clip']:8.2f} "
+                          f"{a['peak_rss_mb']:6.0f}MB {a['clips_per_cpu_s'] / base:8.2f}x  "
+                          f"{loader._load()}", flush=True)
     return res
 
 
@@ -139,6 +167,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--pack", default="wav,flac",
                    help="with --config: the corpus also packed with these codecs at the config's "
                    "sample rate (comma-separated; empty: as stored only)")
+    p.add_argument("--after_compile", action="store_true",
+                   help="with --config: each form also in a process that first compiled the "
+                   "config's update (XLA), as in training")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     if args.config:

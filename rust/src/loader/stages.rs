@@ -8,9 +8,10 @@
 //! once the slot is placed, so the re-sequencing buffer never holds more than `in_flight` slots.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -102,12 +103,34 @@ pub(super) struct WorkerStage {
 /// Samples a worker transforms between two `release_free_memory` calls.
 const TRIM_EVERY: u64 = 16;
 
+/// The least time between two trims in this process, whichever worker (of any loader) asks.
+const TRIM_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Give the freed pages of the allocator's arenas back to the kernel. glibc keeps what a thread
 /// freed in that thread's arena (and raises its mmap threshold after the first large free, so
 /// the decode/resample buffers of 0.3-2 MB end up there too): without this each transform
 /// thread held about 18 MB more than its live set, and peak RSS grew past buffers + 300 MB at
 /// 16 workers (docs/issues/009-multi-crop).
+///
+/// `malloc_trim` walks every arena of the process, not the caller's: after an XLA compile it
+/// walks hundreds of MB the compiler freed, and each madvise interrupts every core running a
+/// thread of the process (TLB shootdowns). Called by each worker every 16 samples it cost the
+/// workers 30-50 % of their time in a training process (docs/issues/022-gpu-kept-busy, section 7),
+/// so at most one call per `TRIM_INTERVAL` runs, process-wide.
 fn release_free_memory() {
+    static LAST_MS: AtomicU64 = AtomicU64::new(0);
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    // +1: 0 means "never trimmed", so the first call trims.
+    let now = EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1;
+    let last = LAST_MS.load(Ordering::Relaxed);
+    let due = last == 0 || now.saturating_sub(last) >= TRIM_INTERVAL.as_millis() as u64;
+    if !due
+        || LAST_MS
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free memory to the kernel; no pointer is invalidated.
     unsafe {
