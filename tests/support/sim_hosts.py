@@ -105,6 +105,16 @@ class SimHosts:
         return p
 
 
+    def signal(self, index: int, signum: int) -> None:
+        """Send `signum` to the `index`-th process started (`exec` leaves the command itself as
+        the process `popen` started: no shell in between)."""
+        self.procs[index].send_signal(signum)
+
+    def link(self, host: int, *, up: bool) -> None:
+        """Take host `host`'s network link down (it leaves the network) or bring it back up."""
+        _ip("-n", self.ns[host], "link", "set", "eth0", "up" if up else "down")
+
+
 def slurm_env(hosts: SimHosts, rank: int, tasks_per_node: int, *, job_id: int = 4242
               ) -> dict[str, str]:
     """The environment Slurm gives task `rank` of a step over every simulated host with

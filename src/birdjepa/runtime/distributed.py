@@ -9,6 +9,8 @@ CUDA_VISIBLE_DEVICES per rank, and is not called. Which GPUs a process drives fo
 gave it (`slurm_env.local_device_ids`); a coordinator that resolves to a loopback address is refused when
 the job spans hosts (`slurm_env.check_coordinator`).
 
+JAX's own preemption service is turned off: its SIGTERM handler replaced the run's.
+
 Failure modes (measured on CPU/gloo): a peer that dies makes the survivor's next collective raise
 ("Connection closed by peer"), and its exit then aborts in C++ (SIGABRT, status 134) when the
 coordination service's shutdown barrier fails: ~10 s with a 15 s heartbeat timeout.
@@ -17,6 +19,7 @@ coordination service's shutdown barrier fails: ~10 s with a 15 s heartbeat timeo
 import dataclasses
 import logging
 import os
+import socket
 
 import jax
 import numpy as np
@@ -57,6 +60,10 @@ def initialize(cfg: DistributedConfig) -> Topology:
                                 coordinator_node=env.rank < env.local_world_size)
     if not jax.distributed.is_initialized():
         logger.info("jax.distributed: rank %d of %d via %s", env.rank, env.world_size, coordinator)
+        # JAX's preemption service installs a SIGTERM handler of its own over ours: the rank
+        # that got SIGTERM logged "SIGTERM caught" and trained on (docs/issues/025-many-hosts).
+        # Preemption here is our handlers and the stop vote at step boundaries.
+        jax.config.update("jax_enable_preemption_service", False)
         jax.distributed.initialize(
             coordinator_address=coordinator,
             num_processes=env.world_size,
@@ -71,6 +78,10 @@ def initialize(cfg: DistributedConfig) -> Topology:
             f"jax.distributed disagrees with submitit: expected process {env.rank} of "
             f"{env.world_size}, got {jax.process_index()} of {jax.process_count()}"
         )
+    print(f"jax.distributed: process {env.rank} of {env.world_size} on {socket.gethostname()}, "
+          f"coordinator {coordinator}; a process silent for {cfg.heartbeat_timeout_s} s "
+          "(distributed.heartbeat_timeout_s) ends every process, and the next start resumes "
+          "from the latest checkpoint", flush=True)
     return Topology(process_index=env.rank, process_count=env.world_size, coordinator=coordinator)
 
 

@@ -135,8 +135,10 @@ def main(cfg: birdjepa.config.Config, *, loaders=None, should_stop=None) -> dict
             if stop and done < cfg.n_steps:
                 run.ckpt.wait()
                 preempted = True
-                if run.is_main:
-                    print(f"step {done}: stop requested; checkpoint saved", flush=True)
+                n_proc = jax.process_count()  # every process says it: its log is its own
+                print(f"step {done}: stop requested; checkpoint saved" + (
+                    f" (process {jax.process_index()} of {n_proc})" if n_proc > 1 else ""),
+                    flush=True)
                 break
         if pending is not None:
             log_update(*pending, cfg, logger, guard, rate, summary, progress)
