@@ -237,17 +237,31 @@ def vectors(a: np.ndarray) -> pa.Array:
 
 def write(cols: dict[str, pa.Array], path: str | os.PathLike) -> pathlib.Path:
     """Parquet (.parquet), CSV (.csv: a list or struct cell, such as a dataset's multilabel
-    column, as JSON text), or npz (.npz: one array per column)."""
+    column, as JSON text), or npz (.npz: one array per column); the suffix in any case, as
+    `check_out` accepts it. Written to a temporary file beside `path`, then renamed over it: a
+    write that fails (a full disk) leaves an existing `path` as it was."""
     path = pathlib.Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".csv", ".npz"):
+        raise ValueError(f"--out: expected a .parquet, .csv or .npz file, got {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tbl = pa.table(cols)
-    if path.suffix == ".parquet":
-        pyarrow.parquet.write_table(tbl, path)
-    elif path.suffix == ".csv":
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        _write_as(suffix, cols, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _write_as(suffix: str, cols: dict[str, pa.Array], path: pathlib.Path) -> None:
+    if suffix == ".parquet":
+        pyarrow.parquet.write_table(pa.table(cols), path)
+    elif suffix == ".csv":
         pyarrow.csv.write_csv(pa.table({k: pa.array([json.dumps(v) for v in c.to_pylist()])
                                         if pa.types.is_nested(c.type) else c
                                         for k, c in cols.items()}), path)
-    elif path.suffix == ".npz":
+    else:
         arrays = {}
         for k, c in cols.items():
             if pa.types.is_fixed_size_list(c.type):
@@ -256,9 +270,6 @@ def write(cols: dict[str, pa.Array], path: str | os.PathLike) -> pathlib.Path:
                 arrays[k] = np.asarray(c.to_pylist(), dtype=object if pa.types.is_list(
                     c.type) or pa.types.is_struct(c.type) else None)
         _savez(path, arrays)
-    else:
-        raise ValueError(f"--out: expected a .parquet, .csv or .npz file, got {str(path)!r}")
-    return path
 
 
 def _savez(path: pathlib.Path, arrays: dict[str, np.ndarray]) -> None:
