@@ -3,6 +3,7 @@ user can trust (npz from audio files, duration_s and an end_s within the recordi
 by file with a summary, one-line warnings), every argument and output path checked before any
 compute, bad directory entries as counted skips, and small jobs not padded to --batch_size."""
 
+import dataclasses
 import os
 
 import jax
@@ -308,3 +309,15 @@ def test_a_relative_dataset_writes_relative_paths(run_dir, corpus, tmp_path):  #
     det = birdjepa.models.detect.predict(run_dir, tmp_path / "ds", window_s=WINDOW)
     assert set(det["source_file"].to_pylist()) <= set(want)
     assert "file" not in emb.column_names and "file" not in det
+
+
+def test_predict_in_python_defaults_to_the_model_clip(run_dir, corpus):  # noqa: F811
+    """Issue 38 item 11: `birdjepa.predict` cut 5 s windows where the command line and
+    `birdjepa.embed` cut the model's clip (here a model whose clip is 1.5 s; the recordings
+    are 2-3 s long)."""
+    m = birdjepa.models.open_model(run_dir)
+    m = dataclasses.replace(m, audio={**m.audio, "window_s": 1.5})
+    rows = birdjepa.predict(m, corpus / "files", top_k=1, min_conf=0.0)
+    first = [s for f, s in zip(rows["file"].to_pylist(), rows["start_s"].to_pylist(), strict=True)
+             if f == rows["file"][0].as_py()]
+    assert first == [0.0, 1.5]

@@ -103,7 +103,7 @@ def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
         raise ValueError(f"--min_conf: expected a confidence in [0, 1], got {args.min_conf}")
 
 
-def predict(model, source, *, window_s: float = 5.0, hop_s: float | None = None,
+def predict(model, source, *, window_s: float | None = None, hop_s: float | None = None,
             centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
             activation: str = "auto", batch_size: int = 64, n_workers: int = 2,
             audio_column: str = "audio", audio_root: str = "",
@@ -111,8 +111,9 @@ def predict(model, source, *, window_s: float = 5.0, hop_s: float | None = None,
     """`birdjepa.predict(model, source)`: the detection rows `python -m birdjepa.predict` writes
     ({column: pyarrow array}; `pyarrow.table(rows)` makes the table). `model`: a run or export
     directory or a `birdjepa.models.Model`; `source`: what SOURCE takes (audio files,
-    directories, shards) as a path or a list of them; `audio_root` / `path_map`: where a
-    table's path-only audio is now (birdjepa.data.paths)."""
+    directories, shards) as a path or a list of them; `window_s` None: the model's clip, as the
+    command line and `birdjepa.embed`; `audio_root` / `path_map`: where a table's path-only
+    audio is now (birdjepa.data.paths)."""
     args = argparse.Namespace(window_s=window_s, hop_s=hop_s, centre=centre, top_k=top_k,
                               min_conf=min_conf, activation=activation, batch_size=batch_size,
                               n_workers=n_workers, audio_column=audio_column, quiet=True,
