@@ -321,3 +321,31 @@ def test_predict_in_python_defaults_to_the_model_clip(run_dir, corpus):  # noqa:
     first = [s for f, s in zip(rows["file"].to_pylist(), rows["start_s"].to_pylist(), strict=True)
              if f == rows["file"][0].as_py()]
     assert first == [0.0, 1.5]
+
+
+def test_hop_longer_than_the_window_never_starts_past_the_end():
+    """Issue 38 item 16: a hop longer than the window stepped to or past a recording's end: a
+    zero-length window row (10 s file, hop 10 s), or the recording failed (hop 20 s)."""
+    sr = 32000
+    for hop in (10.0, 20.0):
+        assert inference.Windows(window_s=5.0, hop_s=hop).starts(10 * sr, sr) == [0.0]
+    assert inference.Windows(window_s=5.0, hop_s=6.0).starts(13 * sr, sr) == [0.0, 6.0, 12.0]
+    assert inference.Windows(window_s=5.0, hop_s=2.5).starts(10 * sr, sr) == [0.0, 2.5, 5.0]
+
+
+@pytest.mark.parametrize(("window", "message"), [
+    ("10", "--window_s: expected at most the model's clip, 5 s (a longer window is cut to its "
+           "first 5 s), got 10"),
+    ("0.01", "--window_s: expected at least one fbank frame, 0.025 s, got 0.01")])
+def test_window_the_model_cannot_see_is_refused(run_dir, corpus, tmp_path, capsys, window,  # noqa: F811
+                                                message):
+    """Issue 38 items 10 and 16: a 10 s window on a 5 s model was cut to 5 s (sound after 5 s
+    embedded as silence, the row claiming 0-10 s); a 0.01 s window held no frame."""
+    for main in (birdjepa.models.embed_cli.main, birdjepa.models.detect.main):
+        assert main([str(run_dir), str(corpus / "files"), "--out", str(tmp_path / "x.parquet"),
+                     "--window_s", window, "--quiet"]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "x.parquet").exists()
+    with pytest.raises(ValueError, match="--window_s: expected"):
+        birdjepa.embed(run_dir, str(next((corpus / "files").glob("rec*"))),
+                       window_s=float(window))

@@ -235,6 +235,24 @@ def clip(
     return feats
 
 
+FRAME_S = 0.025
+"""The Kaldi fbank's frame length, seconds: a window shorter holds no frame."""
+
+
+def check_window(window_s: float | None, clip_s: float) -> float:
+    """`clip_s` (a model's clip, seconds) if a window of `window_s` seconds can feed it (None:
+    the clip), else ValueError: longer than the clip (the input is cut there; the rest of the
+    window would never be seen) or shorter than one fbank frame."""
+    if window_s is not None and window_s > clip_s + 1e-9:
+        raise ValueError(f"--window_s: expected at most the model's clip, {clip_s:g} s (a longer "
+                         f"window is cut to its first {clip_s:g} s), got {window_s:g}; cut more "
+                         "windows with --hop_s instead")
+    if window_s is not None and window_s < FRAME_S:
+        raise ValueError(f"--window_s: expected at least one fbank frame, {FRAME_S} s, got "
+                         f"{window_s:g}")
+    return clip_s
+
+
 def model_input(feats_tm: np.ndarray, n_frames: int, n_mels: int, mean: float, std: float,
                 pad: str, valid_s: float | None = None) -> np.ndarray:
     """(n_frames, n_mels) float32 from a window's fbank, as the loader makes a view (rust/src/

@@ -82,7 +82,8 @@ class Windows:
         if hop <= 0:
             raise ValueError(f"hop_s: expected > 0, got {self.hop_s}")
         n = 1 + max(0, -(-(n_samples - win) // hop))
-        return [i * hop / sr for i in range(n)]
+        # A hop longer than the window can step past the end: a window there holds nothing.
+        return [i * hop / sr for i in range(n) if i == 0 or i * hop < n_samples]
 
     def normalise(self, feats_tm: np.ndarray, valid_s: float | None = None) -> np.ndarray:
         """(n_frames, n_mels) float32 encoder input (birdjepa.data.audio.model_input)."""
@@ -93,8 +94,9 @@ class Windows:
     def for_model(cls, audio: dict, *, window_s: float | None = None, **kw) -> "Windows":
         """Windows feeding a model whose input settings are `audio` (input_of): every setting
         from the model; `window_s` None is the model's clip (a window's frames beyond the
-        model's n_frames are cut, shorter ones padded, as the loader does)."""
-        window_s = audio["window_s"] if window_s is None else window_s
+        model's n_frames are cut, shorter ones padded; data.audio.check_window refuses others)."""
+        clip = birdjepa.data.audio.check_window(window_s, audio["window_s"])
+        window_s = clip if window_s is None else window_s
         return cls(window_s=window_s, sample_rate=audio["sample_rate"],
                    n_frames=audio["n_frames"], n_mels=audio["n_mels"], mean=audio["mean"],
                    std=audio["std"], pad=audio["pad"], resampler=audio["resampler"], **kw)
