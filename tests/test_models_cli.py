@@ -367,3 +367,28 @@ def test_the_card_never_shows_one_steps_results_under_another_step(run_dir, tmp_
     card = (tmp_path / "out" / "README.md").read_text()
     assert "for 2 steps" in card and "0.75" not in card and "eval_head_acc" not in card
     assert "No results for step 2: the evaluation recorded with this run belongs to step 4" in card
+
+
+def test_export_never_replaces_files_it_did_not_write_unasked(run_dir, tmp_path, capsys):
+    """Issue 38 items 2-3: export into an existing directory replaced the user's README.md and
+    config.json; an ONNX export into its own source export rewrote that export's config.json
+    (exit 0), which could no longer be loaded."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("my notes\n")
+    (mine / "config.json").write_text("{}\n")
+    rc, err = _export_cli(capsys, run_dir, mine)
+    assert rc == 2 and len(err) == 1 and "holding config.json, README.md; --overwrite" in err[0]
+    assert (mine / "README.md").read_text() == "my notes\n"
+    assert (mine / "config.json").read_text() == "{}\n"
+    assert sorted(p.name for p in mine.iterdir()) == ["README.md", "config.json"]
+    rc, err = _export_cli(capsys, run_dir, mine, "--overwrite")
+    assert rc == 0, err
+    exp = tmp_path / "exp"
+    assert _export_cli(capsys, run_dir, exp)[0] == 0
+    before = (exp / "config.json").read_bytes()
+    for extra in ([], ["--overwrite"]):
+        rc, err = _export_cli(capsys, exp, exp, "--format", "onnx", *extra)
+        assert rc == 2 and "expected a directory other than MODEL's" in err[-1], err
+    assert (exp / "config.json").read_bytes() == before
+    assert birdjepa.models.load_export(exp).classes == ["0", "1", "2", "3"]

@@ -176,9 +176,15 @@ class ExportRefused(ValueError):
     """The run is not a sound, finished model (or the output would land in a run directory)."""
 
 
-def _check_out_dir(out: pathlib.Path) -> None:
+FILES = ("encoder.safetensors", "head.safetensors", "config.json", "README.md")
+"""What a safetensors export writes (an ONNX export: onnx_export.FILE, config.json, README.md)."""
+
+
+def _check_out_dir(out: pathlib.Path, names: tuple[str, ...], *, overwrite: bool,
+                   source: str | os.PathLike) -> None:
     """`out` must be (or become) a directory outside every run directory: one inside would be
-    read as the run's model (it would go stale as training continues)."""
+    read as the run's model (it would go stale as training continues). Never MODEL's own
+    directory; files of these `names` already there are replaced only with `overwrite`."""
     if out.exists() and not out.is_dir():
         raise ExportRefused(f"OUT_DIR: expected a directory (or a new path), got {str(out)!r}, "
                             "which is a file")
@@ -186,6 +192,14 @@ def _check_out_dir(out: pathlib.Path) -> None:
     if inside is not None:
         raise ExportRefused(f"OUT_DIR: expected a directory outside every run directory, got "
                             f"{str(out)!r}, inside the run directory {str(inside)!r}")
+    if out.exists() and pathlib.Path(source).exists() and out.samefile(source):
+        raise ExportRefused(f"OUT_DIR: expected a directory other than MODEL's, got "
+                            f"{str(out)!r} (its config.json would be replaced)")
+    there = [n for n in names if (out / n).exists()]
+    if there and not overwrite:
+        raise ExportRefused(f"OUT_DIR: expected a new directory or one without "
+                            f"{', '.join(names)}, got {str(out)!r} holding {', '.join(there)}; "
+                            "--overwrite replaces them")
 
 
 def _unsound(m: Model) -> str:
@@ -200,12 +214,14 @@ def _unsound(m: Model) -> str:
 
 
 def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
-           step: int | None = None, force: bool = False) -> pathlib.Path:
+           step: int | None = None, force: bool = False, overwrite: bool = False
+           ) -> pathlib.Path:
     """Write the run's encoder, head, settings and model card to `out_dir` (created). Refused
     (ExportRefused) for a run that is not COMPLETE or has non-finite arrays, unless `force`
-    (the card then says so at the top), and for an `out_dir` inside a run directory."""
+    (the card then says so at the top), for an `out_dir` inside a run directory, and for one
+    that holds an export's files already, unless `overwrite`."""
     out = pathlib.Path(out_dir)
-    _check_out_dir(out)
+    _check_out_dir(out, FILES, overwrite=overwrite, source=run_dir)
     if not birdjepa.runtime.rundir.is_run_dir(run_dir):
         raise ValueError(f"RUN_DIR: expected a training run directory (config.toml or "
                          f"checkpoints/), got {str(run_dir)!r}")
@@ -297,7 +313,8 @@ def _export_onnx(args) -> pathlib.Path:
     """`--format onnx`: MODEL (a run, an export or NAME:WEIGHTS) as an ONNX graph, a run under
     the same refusals as the safetensors export."""
     out = pathlib.Path(args.out_dir)
-    _check_out_dir(out)
+    _check_out_dir(out, (onnx_export.FILE, "config.json", "README.md"),
+                   overwrite=args.overwrite, source=args.run_dir)
     run = birdjepa.runtime.rundir.is_run_dir(args.run_dir)
     m = from_run(args.run_dir, step=args.step) if run else open_model(args.run_dir)
     why = _unsound(m) if run else None
@@ -325,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="checkpoint step to export (default: the latest complete one)")
     p.add_flag("force", "export a run that is not COMPLETE or has non-finite parameters (the "
                "model card says so at the top); refused without it")
+    p.add_flag("overwrite", "replace the files of an earlier export in OUT_DIR (refused "
+               "without it; never MODEL's own directory)")
     p.add_argument("--format", choices=("safetensors", "onnx"), default="safetensors",
                    help="safetensors arrays for JAX, or an ONNX graph for onnxruntime and other "
                    "languages (needs the optional onnx extra: pip install 'birdjepa[onnx]')")
@@ -333,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.format == "onnx":  # jax2onnx (the optional onnx extra) is imported there
             out = _export_onnx(args)
         else:
-            out = export(args.run_dir, args.out_dir, step=args.step, force=args.force)
+            out = export(args.run_dir, args.out_dir, step=args.step, force=args.force,
+                         overwrite=args.overwrite)
     except (OSError, KeyError, ValueError, ImportError,
             birdjepa.runtime.checkpoint.CorruptCheckpointError) as e:
         return cli_args.fail(e)
