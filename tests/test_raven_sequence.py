@@ -105,3 +105,45 @@ def test_a_recording_without_detections_keeps_its_place(tmp_path):
     rows = read_table(path)
     assert [(r["Begin Time (s)"], r["End Time (s)"], r["File Offset (s)"], r["Padded (s)"])
             for r in rows] == [("0.5", "1.5", "0.5", "0"), ("11", "12", "1", "0.25")]
+
+
+def test_per_recording_table_names_never_collide(run_dir, tmp_path):  # noqa: F811
+    """Issue 38 item 1: `A/rec.wav` + `A/rec.flac`, `a/b_c/x.wav` + `a_b/c/x.wav`, and a stem
+    equal to another recording's folder-based name each gave two recordings one table name:
+    one table overwrote the other (exit 0)."""
+    cases = [["/d/A/rec.wav", "/d/A/rec.flac"], ["/d/a/b_c/x.wav", "/d/a_b/c/x.wav"],
+             ["/d/x/A/rec.wav", "/d/y/A/rec.wav", "/d/z/x_A_rec.wav"]]
+    for files in cases:
+        got = raven.names(files)
+        assert len(set(got.values())) == len(files), got
+    assert raven.names(["/d/one.wav", "/d/two.wav"]) == {"/d/one.wav": "one",
+                                                         "/d/two.wav": "two"}
+    audio = tmp_path / "audio"
+    (audio / "A").mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for name in ("A/rec.wav", "A/rec.flac"):
+        soundfile.write(audio / name, 0.1 * rng.standard_normal(SR).astype(np.float32), SR)
+    assert birdjepa.models.detect.main([str(run_dir), str(audio), "--window_s", "1.0",
+                                        "--min_conf", "0.0", "--quiet", "--format", "raven",
+                                        "--out_dir", str(tmp_path / "tables")]) == 0
+    assert len(list((tmp_path / "tables").glob("*.selections.txt"))) == 2
+
+
+def test_begin_path_is_the_path_as_it_is(tmp_path):
+    """Issue 38 item 13: `dawn  chorus.wav` was written as `dawn chorus.wav` (another, existing
+    recording); a tab or newline in a name became a path that does not exist."""
+    det = {"file": pa.array(["/x/dawn  chorus.wav"]), "start_s": pa.array([0.0]),
+           "end_s": pa.array([1.0]), "class": pa.array(["amerob"]),
+           "confidence": pa.array([0.9]), "class_index": pa.array([0]),
+           "padded_s": pa.array([0.0])}
+    path, listed = raven.write_combined(det, tmp_path / "t.txt", 32000,
+                                         {"/x/dawn  chorus.wav": 3.0, "/x/dawn chorus.wav": 2.0})
+    assert [r["Begin Path"] for r in read_table(path)] == ["/x/dawn  chorus.wav"]
+    assert "/x/dawn  chorus.wav" in listed.read_text().splitlines()
+    for bad in ("/x/a\tb.wav", "/x/a\nb.wav"):
+        try:
+            raven.check_paths(["/x/ok.wav", bad])
+        except ValueError as e:
+            assert "expected recording paths without tabs or line breaks" in str(e)
+        else:
+            raise AssertionError(f"{bad!r} accepted")

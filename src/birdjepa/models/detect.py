@@ -136,6 +136,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.format == "raven" and src.files is None:
         raise ValueError("--format raven: expected audio files as SOURCE (Raven Pro opens "
                          f"files), got the table {args.source[0]!r}")
+    if args.format == "raven":
+        raven.check_paths(src.files)
     where, probs = probabilities(m, src, args)
     cols = detections(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
     if args.format == "raven" and args.out_dir is not None:

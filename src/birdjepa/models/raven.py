@@ -17,6 +17,7 @@ lists the recordings in sequence order, one absolute path per line (BirdNET's li
 it in Raven as the file sequence the table is placed on); recordings without detections are in
 it and take their place in the sequence."""
 
+import hashlib
 import os
 import pathlib
 
@@ -51,9 +52,10 @@ def _lines(det: dict[str, pa.Array], idx: list[int], sample_rate: int,
         at = 0.0 if offsets is None else offsets[files[i]]
         row = [n, "Spectrogram 1", 1, at + float(start[i]), at + float(end[i]), LOW_FREQ_HZ,
                sample_rate / 2.0, cls[i], float(conf[i]), k[i], float(padded[i])]
-        if offsets is not None:
-            row += [os.path.abspath(files[i]), float(start[i])]
-        out.append("\t".join(map(_cell, row)))
+        cells = list(map(_cell, row))
+        if offsets is not None:  # the path as it is: whitespace runs are part of a name
+            cells += [os.path.abspath(files[i]), _cell(float(start[i]))]
+        out.append("\t".join(cells))
     return out
 
 
@@ -91,15 +93,32 @@ def write_combined(det: dict[str, pa.Array], path: str | os.PathLike, sample_rat
     return path, listed
 
 
+def check_paths(files: list[str]) -> None:
+    """Before any compute: every recording's path can stand in a tab-separated cell (`Begin
+    Path`, the file list): no tab, newline or carriage return in it."""
+    for f in files:
+        path = os.path.abspath(f)
+        if any(c in path for c in "\t\n\r"):
+            raise ValueError(f"--format raven: expected recording paths without tabs or line "
+                             f"breaks (Raven reads a tab-separated table), got {path!r}; "
+                             "rename the file")
+
+
 def names(files: list[str]) -> dict[str, str]:
-    """A distinct table name per recording: its stem, with its parent folders when two
-    recordings share a stem."""
+    """A distinct table name per recording: its stem; where recordings share a stem, their
+    last folders, stem and suffix; where names still coincide (`a/b_c/x.wav`, `a_b/c/x.wav`;
+    a stem equal to another recording's name), a hash of the absolute path appended."""
     stems = [pathlib.Path(f).stem for f in files]
     out = {}
     for f, s in zip(files, stems, strict=True):
         if stems.count(s) > 1:
-            s = "_".join(pathlib.Path(os.path.abspath(f)).with_suffix("").parts[-3:])
+            s = "_".join(pathlib.Path(os.path.abspath(f)).parts[-3:])
         out[f] = s
+    taken = list(out.values())
+    for f, s in out.items():
+        if taken.count(s) > 1:
+            out[f] = f"{s}-{hashlib.sha1(os.path.abspath(f).encode()).hexdigest()[:10]}"
+    assert len(set(out.values())) == len(out), out  # distinct absolute paths, distinct hashes
     return out
 
 
