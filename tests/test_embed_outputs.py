@@ -9,6 +9,7 @@ import os
 import jax
 import numpy as np
 import pyarrow.csv
+import pyarrow.ipc
 import pyarrow.parquet as pq
 import pytest
 import soundfile
@@ -349,3 +350,29 @@ def test_window_the_model_cannot_see_is_refused(run_dir, corpus, tmp_path, capsy
     with pytest.raises(ValueError, match="--window_s: expected"):
         birdjepa.embed(run_dir, str(next((corpus / "files").glob("rec*"))),
                        window_s=float(window))
+
+
+def test_dataset_columns_never_overwrite_each_other_or_outputs(run_dir, corpus, tmp_path):  # noqa: F811
+    """Issue 38 item 8: a dataset with both `start_s` and `source_start_s`: `start_s` was renamed
+    onto `source_start_s` and one of the two was lost."""
+    import pyarrow as pa
+
+    tbl = pyarrow.ipc.open_stream(next((corpus / "shards").resolve().glob("*.arrow"))).read_all()
+    n = tbl.num_rows
+    tbl = tbl.append_column("start_s", pa.array([10.0 + i for i in range(n)]))
+    tbl = tbl.append_column("source_start_s", pa.array([20.0 + i for i in range(n)]))
+    vec = birdjepa.models.columns.vector_name(birdjepa.models.open_model(run_dir).encoder.cfg.pool)
+    tbl = tbl.append_column(vec, pa.array([30.0 + i for i in range(n)]))
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    with pyarrow.ipc.new_stream(shards / "data-00000-of-00001.arrow", tbl.schema) as w:
+        w.write_table(tbl)
+    out = _embed(run_dir, shards, tmp_path / "e.parquet").to_pydict()
+    by_row = {r: i for i, r in enumerate(out["row"])}
+    for r, i in by_row.items():
+        assert out["source_start_s"][i] == 10.0 + r
+        assert out["source_source_start_s"][i] == 20.0 + r
+        assert out[f"source_{vec}"][i] == 30.0 + r
+        assert len(out[vec][i]) > 1  # the embedding, not the dataset's number
+    assert {birdjepa.models.columns.carried(c) for c in ("start_s", "source_start_s", "x")} == \
+        {"source_start_s", "source_source_start_s", "x"}

@@ -6,13 +6,17 @@ made of it (`emb_<pool>`, `patches`)."""
 import numpy as np
 
 RESERVED = ("file", "row", "start_s", "end_s", "duration_s", "padded_s", "class", "confidence",
-            "class_index")
-"""Output column names; a dataset column of the same name is written as source_<name>."""
+            "class_index", "patches")
+"""Output column names (and `emb_<pool>`); a dataset column of such a name is written as
+source_<name> (`carried`)."""
 
 
 def carried(name: str) -> str:
-    """The output name of a dataset column `name` (source_<name> where it is an output's)."""
-    return f"source_{name}" if name in RESERVED else name
+    """The output name of a dataset column `name`: source_<name> where `name` is an output's
+    (RESERVED, emb_*) or itself starts with source_, else `name`. One-to-one, and never an
+    output's name: `start_s` and `source_start_s` become `source_start_s` and
+    `source_source_start_s`."""
+    return f"source_{name}" if name in RESERVED or name.startswith(("emb_", "source_")) else name
 
 
 def timing(rows: np.ndarray, start_s: np.ndarray, length_s, durations: dict) -> dict:
