@@ -299,3 +299,24 @@ def test_dry_run_says_from_the_plan_whether_each_entry_fits_the_gpu(tmp_path, ca
     assert launch.main([*args[:-4], "--slurm.gpu", "v100"]) == 2
     assert "--slurm.gpu: expected one of h100, h200, a100-80g, l40s, got 'v100'" in \
         capsys.readouterr().err
+
+
+def test_two_entries_in_one_run_directory_are_refused(tmp_path, capsys):
+    """Issue 38 item 22: two entries with the same run_dir passed validation and --dry_run."""
+    same = str(tmp_path / "runs" / "one")
+    sweep = write_sweep(tmp_path, f'[{{"optim.lr": 1e-3, "run_dir": {same!r}}}, '
+                                  f'{{"optim.lr": 2e-3, "run_dir": {same!r}}}]')
+    assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"expected a run directory per entry, got entries 0 and 1 both in {same}" in err, err
+
+
+@pytest.mark.parametrize(("flag", "value", "least"), [("nodes", "0", 1),
+                                                      ("gpus_per_node", "-2", 0),
+                                                      ("tasks_per_node", "0", 1)])
+def test_slurm_counts_out_of_range_are_refused(tmp_path, capsys, flag, value, least):
+    """Issue 38 item 22: `--slurm.nodes 0 --slurm.gpus_per_node -2` was accepted."""
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}]')
+    assert launch.main(["--sweep", str(sweep), "--dry-run", f"--slurm.{flag}", value]) == 2
+    err = capsys.readouterr().err
+    assert f"--slurm.{flag}: expected an int >= {least}, got {value}" in err, err

@@ -126,7 +126,16 @@ def test_weights_are_checked_for_dtype_and_finiteness(tmp_path):
         bird_mae.convert(st.load(tmp_path / "nan.safetensors")[0], width=64, depth=2,
                          n_heads=4, what="nan.safetensors")
     assert str(e.value) == ("nan.safetensors: tensor 'blocks.1.attn.qkv.weight': expected "
-                            "finite weights, got 1 NaN or infinite value(s) of 12288")
+                            "finite weights in float32, got 1 NaN, infinite or out-of-range "
+                            "value(s) of 12288")
+    # Issue 38 item 15: finite as float64, infinite in the float32 model (NaN embeddings, exit 0).
+    sd = {k: v.astype(np.float64) for k, v in random_state_dict(64, 2).items()}
+    sd["norm.weight"][7] = 1e300
+    st.save(sd, tmp_path / "f64.safetensors")
+    with pytest.raises(st.FormatError, match="tensor 'norm.weight': expected finite weights in "
+                       "float32, got 1 NaN, infinite or out-of-range value"):
+        bird_mae.convert(st.load(tmp_path / "f64.safetensors")[0], width=64, depth=2,
+                         n_heads=4, what="f64.safetensors")
     sd = random_state_dict(64, 2)
     sd["norm.bias"] = np.arange(64, dtype=np.int64)
     with pytest.raises(st.FormatError, match="tensor 'norm.bias': expected floating-point "

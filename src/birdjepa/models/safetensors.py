@@ -85,10 +85,13 @@ def check_weights(arrays: dict[str, np.ndarray], what: str) -> None:
         if not np.issubdtype(a.dtype, np.floating):
             raise FormatError(f"{what}: tensor {name!r}: expected floating-point weights, got "
                               f"dtype {a.dtype}")
-        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+        # As the model holds them: float32 (1e300 in a F64 tensor becomes inf there).
+        with np.errstate(over="ignore"):
+            as_used = a if a.dtype.itemsize <= 4 else a.astype(np.float32)
+        bad = int(a.size - np.count_nonzero(np.isfinite(as_used)))
         if bad:
-            raise FormatError(f"{what}: tensor {name!r}: expected finite weights, got {bad} "
-                              f"NaN or infinite value(s) of {a.size}")
+            raise FormatError(f"{what}: tensor {name!r}: expected finite weights in float32, got "
+                              f"{bad} NaN, infinite or out-of-range value(s) of {a.size}")
 
 
 def load(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:

@@ -179,7 +179,22 @@ def resolve(path: str | pathlib.Path) -> list[birdjepa.config.Config]:
     ids = [c.run_id for c in cfgs]
     if len(set(ids)) != len(ids):
         raise SweepError(f"sweep {path}: run ids are not unique: {ids}")
+    dirs = [c.run_dir for c in cfgs]
+    for i, d in enumerate(dirs):
+        if dirs.index(d) != i:
+            raise SweepError(f"sweep {path}: expected a run directory per entry, got entries "
+                             f"{dirs.index(d)} and {i} both in {d}")
     return cfgs
+
+
+def check_slurm(s: SlurmConfig) -> None:
+    """The counts of --slurm.* in range (one SweepError naming the setting and its value)."""
+    for name, least in (("nodes", 1), ("tasks_per_node", 1), ("gpus_per_node", 0),
+                        ("cpus_per_task", 1), ("mem_gb", 1), ("signal_delay_s", 0),
+                        ("max_num_timeout", 0), ("array_parallelism", 1)):
+        v = getattr(s, name)
+        if v is not None and v < least:
+            raise SweepError(f"--slurm.{name}: expected an int >= {least}, got {v}")
 
 
 def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
@@ -327,6 +342,7 @@ def select(cfgs: list[birdjepa.config.Config],
 
 
 def launch(lc: LaunchConfig) -> list:
+    check_slurm(lc.slurm)
     entries = select(resolve(lc.sweep), lc.entries)
     cfgs = list(entries.values())
     todo = [c for c in cfgs if not is_complete(c)]
