@@ -392,3 +392,23 @@ def test_export_never_replaces_files_it_did_not_write_unasked(run_dir, tmp_path,
         assert rc == 2 and "expected a directory other than MODEL's" in err[-1], err
     assert (exp / "config.json").read_bytes() == before
     assert birdjepa.models.load_export(exp).classes == ["0", "1", "2", "3"]
+
+
+def test_load_encoder_restores_once_and_an_export_has_one_step(run_dir, tmp_path,  # noqa: F811
+                                                               monkeypatch):
+    """Issue 38 items 14 and 24: `load_encoder(RUN, with_head=True)` restored the checkpoint
+    twice (head and encoder from different checkpoints of a run still training);
+    `load_encoder(EXPORT, step=2)` silently returned the export's step."""
+    calls = []
+    real = birdjepa.models.artifact.restore_state
+    monkeypatch.setattr(birdjepa.models.artifact, "restore_state",
+                        lambda *a, **k: calls.append(a) or real(*a, **k))
+    enc, cfg, head, classes = birdjepa.models.load_encoder(run_dir, with_head=True)
+    assert len(calls) == 1 and head is not None and cfg.objective.name == "supervised"
+    out = tmp_path / "exp"
+    birdjepa.models.artifact.export(run_dir, out)
+    held = birdjepa.models.load_export(out).info["step"]
+    assert birdjepa.models.load_encoder(out, step=held)[0].cfg == enc.cfg
+    with pytest.raises(ValueError, match=f"step: expected the step .* holds \\({held}; an export "
+                       f"or imported model holds one\\), got {held - 1}"):
+        birdjepa.models.load_encoder(out, step=held - 1)

@@ -7,12 +7,11 @@ one way to load an encoder in Python; `birdjepa.encoder` re-exports it under its
 
 import os
 
-import equinox as eqx
-
 import birdjepa.config
 import birdjepa.model
 import birdjepa.models.artifact as _export
 import birdjepa.models.bird_mae as bird_mae
+import birdjepa.runtime.rundir
 
 ConversionError = bird_mae.ConversionError
 Model = _export.Model
@@ -34,23 +33,28 @@ def load_encoder(path: str | os.PathLike, *, step: int | None = None, with_head:
     (birdjepa.models.artifact.INPUT_KEYS: sample rate, fbank, clip seconds, n_frames, pad,
     mean, std, window), what embed, predict and evaluate compute its input with. With both:
     (encoder, config, head, classes, input)."""
-    if with_head or with_input:
-        m = _export.from_run(path, step=step) if step is not None else _export.open_model(path)
-        encoder, cfg = load_encoder(path, step=step)
-        return (encoder, cfg, *((m.head, m.classes) if with_head else ()),
-                *((m.audio,) if with_input else ()))
-    name, _, weights = str(path).partition(":")
-    if name in IMPORTED and weights:
-        return bird_mae.load(name, weights), None
-    if _export.is_export(path):
-        m = load_export(path)
-        cfg = m.info.get("config")
-        if cfg is not None:
-            cfg = birdjepa.config.finalize(birdjepa.config.from_dict(
-                birdjepa.config.Config, birdjepa.config.strip_none(cfg)))
-        return m.encoder, cfg
-    restored, static, cfg = _export.restore_state(path, step=step)
-    return eqx.combine(restored.state["params"]["encoder"], static["encoder"]), cfg
+    m = _open(path, step)
+    cfg = m.info.get("config")
+    if cfg is not None:
+        cfg = birdjepa.config.finalize(birdjepa.config.from_dict(
+            birdjepa.config.Config, birdjepa.config.strip_none(cfg)))
+    # One restore: encoder, head and config from the same checkpoint, even while it trains.
+    return (m.encoder, cfg, *((m.head, m.classes) if with_head else ()),
+            *((m.audio,) if with_input else ()))
+
+
+def _open(path: str | os.PathLike, step: int | None) -> Model:
+    """The model at `path`; `step` picks a run's checkpoint, and must be the one an export
+    holds (an export holds one)."""
+    if step is None:
+        return _export.open_model(path)
+    if birdjepa.runtime.rundir.is_run_dir(path):
+        return _export.from_run(path, step=step)
+    m = _export.open_model(path)
+    if m.info.get("step") != step:
+        raise ValueError(f"step: expected the step {str(path)!r} holds ({m.info.get('step')}; "
+                         f"an export or imported model holds one), got {step}")
+    return m
 
 
 def load(name: str, *, weights: str | os.PathLike) -> birdjepa.model.ViT:
