@@ -70,7 +70,7 @@ fn bad(path: &Path, kind: &'static str, detail: String) -> Error {
 }
 
 /// What a file that is not a regular file is, in words.
-fn what(m: &Metadata) -> &'static str {
+pub(super) fn what(m: &Metadata) -> &'static str {
     let t = m.file_type();
     if t.is_dir() {
         "a directory"

@@ -36,11 +36,23 @@ pub struct Shard {
 impl Shard {
     /// Map and index one shard. Reads only message metadata, never record batch bodies.
     pub fn open(path: &Path, opts: &ReadOptions) -> Result<Shard> {
+        // Before open(): opening a FIFO blocks until a writer comes.
+        let kind =
+            std::fs::metadata(path).map_err(|e| ds_err(path, format!("cannot open: {e}")))?;
+        if !kind.file_type().is_file() {
+            return Err(ds_err(
+                path,
+                format!(
+                    "expected a regular file (an Arrow IPC stream or file), got {}",
+                    super::audio_file::what(&kind)
+                ),
+            ));
+        }
         let file =
             std::fs::File::open(path).map_err(|e| ds_err(path, format!("cannot open: {e}")))?;
         let meta = file
             .metadata()
-            .map_err(|e| ds_err(path, format!("cannot stat: {e}")))?;
+            .map_err(|e| ds_err(path, format!("cannot open: {e}")))?;
         if meta.len() == 0 {
             return Err(ds_err(
                 path,

@@ -3,15 +3,25 @@
 here takes both. Writing stays with its writer (pack, demo_data)."""
 
 import contextlib
+import os
+import stat
 from collections.abc import Iterator
 
 import pyarrow as pa
+
+import birdjepa._rs
+import birdjepa.data.paths as paths
 
 
 @contextlib.contextmanager
 def open_ipc(path: str) -> Iterator:
     """A reader of the Arrow IPC file at `path`, memory-mapped, stream or file format alike (both
-    have `.schema` and `.read_all()`)."""
+    have `.schema` and `.read_all()`). A path that is not a regular file is a DatasetError
+    before anything opens it (opening a FIFO blocks until a writer comes)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise birdjepa._rs.DatasetError(f"{os.fspath(path)}: expected a regular file (an Arrow "
+                                        f"IPC stream or file), got {paths.kind_of(st)}")
     with pa.memory_map(str(path)) as f:
         try:
             reader = pa.ipc.open_stream(f)

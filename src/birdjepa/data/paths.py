@@ -58,7 +58,8 @@ MAX_AUDIO_MB = 1024.0
 """Default bound of one path-only audio file, MB (10^6 bytes): LoaderConfig.max_audio_mb's."""
 
 
-def _kind(st: os.stat_result) -> str:
+def kind_of(st: os.stat_result) -> str:
+    """What a file that is not a regular file is, in words ("a FIFO (named pipe)", ...)."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -74,7 +75,7 @@ def usable(path: str | os.PathLike, st: os.stat_result,
     rust/src/shards/audio_file.rs: a FIFO, a device or a directory is never read)."""
     if not stat.S_ISREG(st.st_mode):
         raise birdjepa._rs.DatasetError(f"{os.fspath(path)}: expected a regular audio file, "
-                                        f"got {_kind(st)}")
+                                        f"got {kind_of(st)}")
     if max_audio_mb > 0 and st.st_size > max_audio_mb * 1e6:
         raise birdjepa._rs.DatasetError(
             f"{os.fspath(path)}: expected at most max_audio_mb={max_audio_mb:g} MB, got "

@@ -78,6 +78,9 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
             files += [str(f) for f in found if f.is_file()]
         elif p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES:
             files.append(a)
+        elif p.exists() and not p.is_file() and not p.is_dir():  # before open() blocks on it
+            raise ValueError(f"SOURCE: expected an audio file, a directory or Arrow shards, got "
+                             f"{a!r}, {birdjepa.data.paths.kind_of(p.stat())}")
         elif p.exists() or (base and pathlib.Path(base).is_dir() and "/" not in split):
             shards.append(a)
         else:

@@ -1,0 +1,51 @@
+"""Issue 38 item 9: a FIFO (or a device) named as the data argument blocked in open(), train
+ignoring SIGTERM meanwhile: embed/predict SOURCE, `sources pack` SRC, `train
+--data.train_shards`, `birdjepa.data.Loader(FIFO)`, evaluate's shards. Each is now refused by
+its file type before anything opens it."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import tiny
+from test_models_cli import run_dir  # noqa: F401 (shared module fixture)
+
+import birdjepa._rs
+import birdjepa.data
+import birdjepa.data.ipc
+import birdjepa.models.detect
+import birdjepa.models.embed_cli
+import birdjepa.sources
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "shard.arrow"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.timeout(120)
+def test_loader_and_readers_refuse_a_fifo(fifo):
+    for path, what in ((fifo, "a FIFO (named pipe)"), ("/dev/zero", "a character device")):
+        with pytest.raises(birdjepa._rs.DatasetError, match=f"expected a regular file .*got {re.escape(what)}"):
+            birdjepa.data.Loader([str(path)], batch_size=2)
+        with pytest.raises(birdjepa._rs.DatasetError, match=f"expected a regular file .*got {re.escape(what)}"):
+            birdjepa.data.ipc.schema(str(path))
+
+
+@pytest.mark.timeout(120)
+def test_commands_refuse_a_fifo_argument(fifo, tmp_path, capsys, run_dir):  # noqa: F811
+    assert birdjepa.sources.main(["pack", str(fifo), "--out_dir", str(tmp_path / "p")]) == 2
+    assert "got a FIFO (named pipe)" in capsys.readouterr().err
+    for main in (birdjepa.models.embed_cli.main, birdjepa.models.detect.main):
+        assert main([str(run_dir), str(fifo), "--out", str(tmp_path / "x.parquet")]) == 2
+        assert f"SOURCE: expected an audio file, a directory or Arrow shards, got '{fifo}', " \
+               "a FIFO (named pipe)" in capsys.readouterr().err
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(tiny.tiny_toml(fifo, n_steps=1))
+    p = subprocess.run([sys.executable, "-m", "birdjepa.pretrain", "--cfg", str(cfg), "--run_dir",
+                        str(tmp_path / "run")], capture_output=True, text=True, timeout=100)
+    assert p.returncode == 2 and "got a FIFO (named pipe)" in p.stderr, p.stderr
