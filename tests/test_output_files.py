@@ -45,3 +45,17 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
         recordings.write(COLS, out)
     assert out.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["emb.parquet"]
+
+
+def test_ctrl_c_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """Issue 38 item 24: Ctrl-C in embed printed a KeyboardInterrupt traceback."""
+    import birdjepa.models.embed_cli as embed_cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(embed_cli, "run", interrupted)
+    out = tmp_path / "e.parquet"
+    assert embed_cli.main(["MODEL", "SRC", "--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["interrupted: no windows written"]
+    assert not out.exists()

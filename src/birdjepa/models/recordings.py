@@ -329,7 +329,8 @@ def _one_line(message, category, filename, lineno, file=None, line=None) -> None
 
 def cli_main(parser: cli_args.Parser, run, argv: list[str] | None, what: str) -> int:
     """Parse, `run(args)` -> columns, report "<n> <what> -> OUT" on stderr; a missing input or
-    a bad value is one line and exit status 2; warnings are one line each (no source lines)."""
+    a bad value is one line and exit status 2, Ctrl-C one line and 130; warnings are one line
+    each (no source lines)."""
     args = parser.parse_args(argv)
     with warnings.catch_warnings():
         warnings.showwarning = _one_line
@@ -337,6 +338,9 @@ def cli_main(parser: cli_args.Parser, run, argv: list[str] | None, what: str) ->
             cols = run(args)
         except (FileNotFoundError, KeyError, ValueError, birdjepa.AudioError) as e:
             return cli_args.fail(e)
+        except KeyboardInterrupt:  # Ctrl-C: one line; the output is written whole or not at all
+            print(f"interrupted: no {what} written", file=sys.stderr)
+            return 130
     n = len(next(iter(cols.values()))) if cols else 0
     print(f"{n} {what} -> {getattr(args, 'out', None) or args.out_dir}", file=sys.stderr)
     return 0
