@@ -52,7 +52,7 @@ impl Shard {
             std::fs::File::open(path).map_err(|e| ds_err(path, format!("cannot open: {e}")))?;
         let meta = file
             .metadata()
-            .map_err(|e| ds_err(path, format!("cannot open: {e}")))?;
+            .map_err(|e| ds_err(path, format!("cannot stat: {e}")))?;
         if meta.len() == 0 {
             return Err(ds_err(
                 path,
