@@ -40,6 +40,10 @@ class Preemption:
         self.abort = abort
         self._count: dict[int, int] = {}
         self._count_lock = threading.Lock()
+        self._aborting = threading.Lock()
+        """Held by the first of the handler and the watcher to abort, so the message is written
+        once (both can see the second signal within the same microseconds)."""
+        self._aborted = threading.Event()
 
     def is_set(self) -> bool:
         return self._event.is_set()
@@ -55,6 +59,14 @@ class Preemption:
             self._count[key] = self._count.get(key, 0) + 1
             return self._count[key]
 
+    def _abort_once(self) -> None:
+        """Call `abort` unless the other path already is; then wait (up to a second) for it."""
+        if self._aborting.acquire(blocking=False):
+            self.abort()
+            self._aborted.set()
+        else:
+            self._aborted.wait(1.0)
+
     def install(self, signum: int, *, second_aborts: bool = False) -> None:
         """Replace the current handler of `signum` with one that sets the flag and prints one
         line. With `second_aborts` (Ctrl-C), the same signal arriving again calls `abort`."""
@@ -62,7 +74,7 @@ class Preemption:
 
         def on_signal(sig, frame):
             if self._seen(sig, "handler") >= 2 and second_aborts:
-                self.abort()
+                self._abort_once()
                 return
             if not self.is_set():
                 print(f"signal {signal.Signals(sig).name}: stopping at the next step boundary "
@@ -89,6 +101,6 @@ class Preemption:
             while True:
                 for byte in os.read(r, 64):
                     if byte == signum and self._seen(signum, "watcher") >= 2:
-                        self.abort()
+                        self._abort_once()
 
         threading.Thread(target=watch, name="preemption-watcher", daemon=True).start()
