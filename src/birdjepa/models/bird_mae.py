@@ -68,6 +68,8 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """A state dict from `safetensors`. A PyTorch .bin/.pt or Lightning .ckpt (pickles) is
     refused with the one-line conversion (torch is not a dependency)."""
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise st.FormatError(f"{path}: expected a .safetensors file, got a directory")
     if not path.is_file():
         raise FileNotFoundError(f"weights: expected a .safetensors file, got {str(path)!r}, "
                                 "which does not exist")

@@ -8,6 +8,7 @@ tensors are read as float32 (exactly: bfloat16 is the top half of float32).
 """
 
 import json
+import math
 import os
 import pathlib
 
@@ -21,6 +22,8 @@ DTYPES = {
 }
 NAMES = {v: k for k, v in DTYPES.items()}
 MAX_HEADER = 100 * 2**20
+MAX_DIMS = 32  # numpy 1's limit (numpy 2 allows 64)
+MAX_BYTES = 2**63 - 1  # numpy's largest array, in bytes
 
 
 class FormatError(ValueError):
@@ -28,24 +31,25 @@ class FormatError(ValueError):
 
 
 def read_header(path: str | os.PathLike) -> tuple[dict, dict, int]:
-    """({name: entry}, metadata, byte offset of the data) of a safetensors file."""
+    """({name: entry}, metadata, byte offset of the data) of a safetensors file. As the reference
+    implementation, it requires the tensors to tile the data exactly: sorted by offset, each
+    begins where the one before ends, and the last ends at the end of the file."""
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise FormatError(f"{path}: expected a .safetensors file, got a directory")
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
             raise FormatError(f"{path}: expected a safetensors file, got {size} bytes")
         n = int.from_bytes(head, "little")
-        if n > min(MAX_HEADER, size - 8):
+        if n > MAX_HEADER:
+            raise FormatError(f"{path}: header length: expected at most {MAX_HEADER} bytes "
+                              f"(the 100 MiB limit), got {n}")
+        if n > size - 8:
             raise FormatError(f"{path}: header length {n} exceeds the file ({size} bytes): "
                               "not a safetensors file (a PyTorch .bin/.pt is a zip archive)")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise FormatError(f"{path}: header is not JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise FormatError(f"{path}: header: expected a JSON object of tensors, got a JSON "
-                          f"{type(header).__name__}")
+        header = _parse(path, f.read(n))
     meta = header.pop("__metadata__", {}) or {}
     if not isinstance(meta, dict):
         raise FormatError(f"{path}: __metadata__: expected a JSON object, got {meta!r:.80}")
@@ -53,11 +57,35 @@ def read_header(path: str | os.PathLike) -> tuple[dict, dict, int]:
     for name, e in header.items():
         _check_entry(path, name, e)
         begin, end = e["data_offsets"]
-        want = DTYPES[e["dtype"]].itemsize * int(np.prod(e["shape"], dtype=np.int64))
-        if not 0 <= begin <= end <= data_len or end - begin != want:
+        itemsize = DTYPES[e["dtype"]].itemsize
+        span = itemsize * math.prod(max(d, 1) for d in e["shape"])
+        if span > MAX_BYTES:
+            raise FormatError(f"{path}: tensor {name!r}: shape {e['shape']!r:.80}: expected at "
+                              f"most {MAX_BYTES} bytes of {e['dtype']} (numpy's limit, zero "
+                              f"dimensions aside), got {span}")
+        want = itemsize * math.prod(e["shape"])
+        if not begin <= end <= data_len or end - begin != want:
             raise FormatError(f"{path}: tensor {name!r}: data_offsets {[begin, end]} do not "
-                              f"hold {e['dtype']} {e['shape']} in {data_len} data bytes")
+                              f"hold {e['dtype']} {e['shape']} ({want} bytes) in {data_len} "
+                              "data bytes")
+    _check_layout(path, header, data_len)
     return header, meta, 8 + n
+
+
+def _parse(path, text: bytes) -> dict:
+    """The header's JSON object; FormatError for anything else (bad UTF-8 or JSON, integers of
+    over 4300 digits, nesting deeper than Python's recursion limit)."""
+    try:
+        header = json.loads(text)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, int digit limit
+        raise FormatError(f"{path}: header is not JSON ({str(e):.200})") from None
+    except RecursionError:
+        raise FormatError(f"{path}: header: expected a JSON object of tensors, got JSON nested "
+                          "deeper than Python's recursion limit") from None
+    if not isinstance(header, dict):
+        raise FormatError(f"{path}: header: expected a JSON object of tensors, got a JSON "
+                          f"{type(header).__name__}")
+    return header
 
 
 def _check_entry(path, name: str, e) -> None:
@@ -65,17 +93,40 @@ def _check_entry(path, name: str, e) -> None:
     if not isinstance(e, dict):
         raise FormatError(f"{path}: tensor {name!r}: expected an object with dtype, shape and "
                           f"data_offsets, got {e!r:.80}")
-    if e.get("dtype") not in DTYPES:
-        raise FormatError(f"{path}: tensor {name!r}: dtype {e.get('dtype')!r} not one of "
+    if not isinstance(e.get("dtype"), str) or e["dtype"] not in DTYPES:
+        raise FormatError(f"{path}: tensor {name!r}: dtype {e.get('dtype')!r:.80} not one of "
                           f"{sorted(DTYPES)}")
     ints = lambda v: isinstance(v, list) and all(  # noqa: E731
         isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v)
     if not ints(e.get("shape")):
         raise FormatError(f"{path}: tensor {name!r}: shape: expected a list of ints >= 0, got "
                           f"{e.get('shape')!r:.80}")
+    if len(e["shape"]) > MAX_DIMS:
+        raise FormatError(f"{path}: tensor {name!r}: shape: expected at most {MAX_DIMS} "
+                          f"dimensions, got {len(e['shape'])}")
     if not (ints(e.get("data_offsets")) and len(e["data_offsets"]) == 2):
         raise FormatError(f"{path}: tensor {name!r}: data_offsets: expected [begin, end], got "
                           f"{e.get('data_offsets')!r:.80}")
+
+
+def _check_layout(path, header: dict, data_len: int) -> None:
+    """Tensors (in any order in the header) that tile the data bytes: no overlap, no gap, no
+    trailing bytes (the reference implementation's InvalidOffset / MetadataIncompleteBuffer)."""
+    pos, prev = 0, None
+    for name, e in sorted(header.items(), key=lambda kv: tuple(kv[1]["data_offsets"])):
+        begin, end = e["data_offsets"]
+        if begin != pos:
+            after = f"where tensor {prev[0]!r} {prev[1]} ends" if prev else "(the first tensor)"
+            fault = (f"overlaps tensor {prev[0]!r} {prev[1]}" if begin < pos
+                     else f"leaves bytes [{pos}, {begin}) unused")
+            raise FormatError(f"{path}: tensor {name!r}: data_offsets {[begin, end]} {fault}: "
+                              f"expected it to begin at {pos} {after}, got {begin}")
+        pos, prev = end, (name, [begin, end])
+    if pos != data_len:
+        last = f"tensor {prev[0]!r} {prev[1]}" if prev else "the header (no tensors)"
+        raise FormatError(f"{path}: expected the tensors to end at the end of the file's "
+                          f"{data_len} data bytes, got {data_len - pos} trailing bytes after "
+                          f"{last}")
 
 
 def check_weights(arrays: dict[str, np.ndarray], what: str) -> None:
