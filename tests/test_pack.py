@@ -127,7 +127,57 @@ def test_a_shard_counts_as_done_only_if_the_manifest_and_its_hash_say_so(small_s
     shutil.copy(dst / shards[1], dst / shards[0])
     rc, _ = _pack_cli(small_src, dst, capsys)
     assert rc == 0 and _rows(dst) == want
-    assert birdjepa.data.pack_dst.Manifest(str(dst)).holds(str(dst), shards[0])
+    src = birdjepa.data.pack.Source([str(small_src)], "audio", "", None)
+    first = birdjepa.data.pack.plan(src, int(0.5e6))[0]
+    assert birdjepa.data.pack_dst.Manifest(str(dst)).holds(str(dst), shards[0],
+                                                            src.stamp(*first))
+
+
+def test_a_source_rewritten_in_place_is_packed_again(small_src, tmp_path, capsys):
+    """Issue 38 item 19: after a source audio file's content changed (same size) pack said
+    "already done" and kept the old bytes."""
+    rows = pa.ipc.open_stream(pa.memory_map(str(small_src))).read_all().to_pylist()
+    audio = tmp_path / "audio"
+    shutil.copytree(os.path.dirname(rows[0]["audio"]["path"]), audio)
+    dst = tmp_path / "dst"
+    rc, _ = _pack_cli(small_src, dst, capsys, "--path_map",
+                      f"{os.path.dirname(rows[0]['audio']['path'])}={audio}")
+    assert rc == 0
+    target = audio / os.path.basename(rows[0]["audio"]["path"])
+    old = target.read_bytes()
+    new = old[:-64] + bytes(64)  # same size, other content (the last samples silenced)
+    time.sleep(0.01)
+    target.write_bytes(new)
+    capsys.readouterr()
+    rc = birdjepa.sources.main(["pack", str(small_src), "--out_dir", str(dst), "--shard_mb",
+                                "0.5", "--workers", "1", "--path_map",
+                                f"{os.path.dirname(rows[0]['audio']['path'])}={audio}"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "0 already done" in out, out  # every shard holds row 0's recording
+    got = [r for f in birdjepa.data.resolve_shards(str(dst))
+           for r in pa.ipc.open_stream(pa.memory_map(f)).read_all().to_pylist()]
+    assert got[0]["audio"]["bytes"] == new
+
+
+def test_a_full_disk_while_the_manifest_is_written_leaves_no_temporary_file(
+        small_src, tmp_path, capsys, monkeypatch):
+    """Issue 38 item 23: a full disk while pack wrote its manifest left pack-manifest.json.tmp
+    in 6 of 25 tmpfs sizes (the README says temporary files are removed)."""
+    real = os.replace
+
+    def full(a, b):  # rename(2) too fails with ENOSPC when the directory cannot grow
+        if os.path.basename(b) == birdjepa.data.pack_dst.MANIFEST:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(a, b)
+
+    dst = tmp_path / "dst"
+    monkeypatch.setattr(os, "replace", full)
+    rc, err = _pack_cli(small_src, dst, capsys)
+    assert rc == 2 and len(err) == 1 and "No space left on device" in err[0], err
+    monkeypatch.undo()
+    assert sorted(os.listdir(dst)) == sorted([birdjepa.data.pack_dst.LOCK,
+                                              birdjepa.data.pack_dst.PLAN])
+    assert _pack_cli(small_src, dst, capsys)[0] == 0 and len(_rows(dst)) == 300
 
 
 def test_pack_stops_at_the_first_write_failure_and_removes_its_temporary_files(

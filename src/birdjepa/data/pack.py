@@ -46,6 +46,7 @@ import birdjepa.data.ipc
 import birdjepa.data.pack_dst as pack_dst
 import birdjepa.data.paths as data_paths
 import birdjepa.runtime.cli_args as cli_args
+import birdjepa.runtime.outputs as outputs
 
 BATCH_ROWS = 100
 """Rows per record batch, as `datasets` writes audio datasets."""
@@ -120,6 +121,20 @@ class Source:
                     "(relative paths) or --path_map OLD=NEW (a moved prefix)") from None
             except birdjepa._rs.DatasetError as e:
                 raise birdjepa._rs.DatasetError(f"{where}: {e}") from None
+
+    def stamp(self, start: int, end: int) -> str:
+        """What rows [start, end) are made from, as a short hash: the path, size and
+        modification time of each source shard they come from and each audio file they name
+        (rsync's quick check: a file rewritten in place, same size, has a new mtime)."""
+        h = hashlib.sha256()
+        for path in [*sorted({self.files[self.rows[k][0]] for k in range(start, end)}),
+                     *(self.audio[k][2] or "" for k in range(start, end))]:
+            try:
+                st = os.stat(path) if path else None
+            except OSError:
+                st = None
+            h.update(f"{path}\0{st and st.st_size}\0{st and st.st_mtime_ns}\n".encode())
+        return h.hexdigest()[:32]
 
     def size(self, k: int) -> int:
         b, _, file = self.audio[k]
@@ -223,7 +238,7 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
                 recode: "birdjepa.data.audio.Recoder | None" = None) -> int:
     """Rows [start, end) of `src` into `path` (via a temporary file, recorded in `manifest`,
     then renamed); raises Stopped once `stop` is set."""
-    tmp = f"{path}.tmp"
+    tmp, sources = f"{path}.tmp", src.stamp(start, end)  # stamped before it is read
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
         for a in range(start, end, BATCH_ROWS):
             if stop is not None and stop.is_set():
@@ -239,7 +254,7 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
             if progress is not None:
                 progress(b - a)
     if manifest is not None:
-        manifest.add(os.path.basename(path), tmp)
+        manifest.add(os.path.basename(path), tmp, sources)
     os.replace(tmp, path)
     return end - start
 
@@ -283,14 +298,12 @@ def _finish(dst: str, names: list[str], schema: pa.Schema, n_rows: int) -> None:
                                         f"got {got}")
     hf = json.loads((schema.metadata or {}).get(b"huggingface", b"{}"))
     info = hf.get("info", {})
-    with open(os.path.join(dst, "dataset_info.json"), "w") as f:
-        json.dump(info, f, indent=2)
+    outputs.write_json(os.path.join(dst, "dataset_info.json"), info, indent=2)
     state = {"_data_files": [{"filename": n} for n in names],
              "_fingerprint": hashlib.sha256(json.dumps(names).encode()).hexdigest()[:16],
              "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
              "_output_all_columns": False, "_split": None}
-    with open(os.path.join(dst, "state.json"), "w") as f:
-        json.dump(state, f, indent=2)
+    outputs.write_json(os.path.join(dst, "state.json"), state, indent=2)
 
 
 def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 4,
@@ -335,11 +348,11 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
             if recode.resampler != data_config.LEGACY_RESAMPLER:  # old plans: the legacy one
                 want["resampler"] = recode.resampler
         pack_dst.check_plan(dst, want)
-        with open(os.path.join(dst, pack_dst.PLAN), "w") as f:
-            json.dump(want, f)
+        outputs.write_json(os.path.join(dst, pack_dst.PLAN), want)
         schema = _schema(src, sample_rate)
         manifest = pack_dst.Manifest(dst)
-        todo = [i for i, nm in enumerate(names) if not manifest.holds(dst, nm)]
+        todo = [i for i, nm in enumerate(names)
+                if not manifest.holds(dst, nm, src.stamp(*ranges[i]))]
         bar = _Progress(sum(ranges[i][1] - ranges[i][0] for i in todo), progress)
         try:
             _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,

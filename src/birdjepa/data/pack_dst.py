@@ -10,6 +10,7 @@ import threading
 
 import birdjepa._rs
 import birdjepa.data.config as data_config
+import birdjepa.runtime.outputs as outputs
 
 PLAN = "pack-plan.json"
 MANIFEST = "pack-manifest.json"
@@ -25,7 +26,8 @@ def _sha256(path: str) -> str:
 
 
 class Manifest:
-    """DST/pack-manifest.json: {shard name: {"sha256", "size"}} of the shards pack finished."""
+    """DST/pack-manifest.json: {shard name: {"sha256", "size", "sources"}} of the shards pack
+    finished; "sources" stamps what the shard was made from (`Source.stamp`)."""
 
     def __init__(self, dst: str):
         self.path = os.path.join(dst, MANIFEST)
@@ -35,19 +37,19 @@ class Manifest:
             with open(self.path) as f:
                 self.done = json.load(f)
 
-    def add(self, name: str, tmp: str) -> None:
-        """Record the finished temporary file `tmp` as shard `name` (before it is renamed)."""
-        entry = {"sha256": _sha256(tmp), "size": os.path.getsize(tmp)}
+    def add(self, name: str, tmp: str, sources: str) -> None:
+        """Record the finished temporary file `tmp` as shard `name` (before it is renamed),
+        made from sources stamped `sources`."""
+        entry = {"sha256": _sha256(tmp), "size": os.path.getsize(tmp), "sources": sources}
         with self.lock:
             self.done[name] = entry
-            with open(self.path + ".tmp", "w") as f:
-                json.dump(self.done, f)
-            os.replace(self.path + ".tmp", self.path)
+            outputs.write_json(self.path, self.done)
 
-    def holds(self, dst: str, name: str) -> bool:
-        """Whether DST/name is the shard pack wrote: listed, same size, same sha256."""
+    def holds(self, dst: str, name: str, sources: str) -> bool:
+        """Whether DST/name is the shard pack wrote from the sources as they are now: listed,
+        same size, same sha256, same source stamp (a manifest from before the stamp: no)."""
         want, path = self.done.get(name), os.path.join(dst, name)
-        return (want is not None and os.path.isfile(path)
+        return (want is not None and want.get("sources") == sources and os.path.isfile(path)
                 and os.path.getsize(path) == want["size"] and _sha256(path) == want["sha256"])
 
 
@@ -91,10 +93,10 @@ def check_dst(files: list[str], dst: str, names: list[str]) -> None:
     if not os.path.isdir(dst):
         return
     present = set(os.listdir(dst))
-    ours = {PLAN, MANIFEST, MANIFEST + ".tmp", LOCK, *FINAL, *names, *(n + ".tmp" for n in names)}
+    ours = {PLAN, MANIFEST, LOCK, *FINAL, *names, *(n + ".tmp" for n in names)}
     if PLAN not in present:
         ours = {LOCK}  # no plan of ours: whatever is there was written by something else
-    foreign = sorted(present - ours)
+    foreign = sorted(n for n in present - ours if outputs.original(n) not in ours)
     if foreign:
         refuse(f"expected an empty directory or one pack wrote, got {dst} holding "
                 f"{len(foreign)} file(s) pack did not write ({', '.join(foreign[:3])}"
