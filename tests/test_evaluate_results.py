@@ -164,3 +164,23 @@ def test_report_cli_rerenders_and_merges(tmp_path):
                           str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: results: expected")
     assert "Traceback" not in bad.stderr
+
+
+def test_a_failed_write_keeps_the_previous_results(tmp_path, monkeypatch):
+    """Issue 38 item 4: evaluate's tables were written in place; a full disk while writing
+    results.csv left a truncated file and the old results were gone."""
+    pq_path, csv_path = results.write(fake_rows("lejepa"), tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def full_disk(table, where):
+        with open(where, "wb") as f:
+            f.write(b"encoder,probe\n")
+        raise OSError(28, "No space left on device", str(where))
+
+    monkeypatch.setattr(pyarrow.csv, "write_csv", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        results.write(fake_rows("supervised"), tmp_path)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before)  # nothing left over
+    assert csv_path.read_bytes() == before["results.csv"]
+    assert len(results.read(tmp_path)) == len(fake_rows("lejepa"))

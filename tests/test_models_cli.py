@@ -394,6 +394,31 @@ def test_export_never_replaces_files_it_did_not_write_unasked(run_dir, tmp_path,
     assert birdjepa.models.load_export(exp).classes == ["0", "1", "2", "3"]
 
 
+def test_an_export_that_fails_midway_leaves_the_previous_export_whole(run_dir, tmp_path,
+                                                                     monkeypatch):
+    """Issue 38 item 4: export wrote each file in place, so a failure (a full disk) after the
+    weights left new weights beside the old config.json and README.md."""
+    exp = tmp_path / "exp"
+    birdjepa.models.artifact.export(run_dir, exp)
+    before = {p.name: p.read_bytes() for p in exp.iterdir()}
+
+    def full_disk(meta, run):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(birdjepa.models.card, "render", full_disk)
+    monkeypatch.setattr(birdjepa.models.safetensors, "save", _marked_save(  # other bytes
+        birdjepa.models.safetensors.save))
+    with pytest.raises(OSError, match="No space left"):
+        birdjepa.models.artifact.export(run_dir, exp, overwrite=True)
+    assert {p.name: p.read_bytes() for p in exp.iterdir()} == before  # no temporary file
+
+
+def _marked_save(real):
+    def save(arrays, path, meta=None):
+        return real(arrays, path, {**(meta or {}), "attempt": "second"})
+    return save
+
+
 def test_load_encoder_restores_once_and_an_export_has_one_step(run_dir, tmp_path,  # noqa: F811
                                                                monkeypatch):
     """Issue 38 items 14 and 24: `load_encoder(RUN, with_head=True)` restored the checkpoint

@@ -30,6 +30,7 @@ import birdjepa.evaluate.intervals as intervals
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.results as results
 import birdjepa.runtime.cli_args as cli_args
+import birdjepa.runtime.outputs as outputs
 
 _METHOD = {
     intervals.BOOTSTRAP_SEGMENTS: "[95 % bootstrap interval (BC) over test segments]",
@@ -239,7 +240,8 @@ def plot(rows: list[dict], path, metric_list=None, *, all_probes: bool = False) 
     fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), frameon=False,
                fontsize=9)
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
-    fig.savefig(path, dpi=100)
+    with outputs.replacing(path) as tmp:
+        fig.savefig(tmp, dpi=100, format=pathlib.Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
     return drawn
 
@@ -305,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     text = tables(rows, fmt=args.format, metric_list=args.metric, ks=args.k)
     print(text)
     if args.out:
-        pathlib.Path(args.out).write_text(text + "\n")
+        outputs.write_text(args.out, text + "\n")
     if args.plot:
         plot(rows, args.plot, args.metric, all_probes=args.all_probes)
     if args.out_dir:

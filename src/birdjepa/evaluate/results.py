@@ -32,6 +32,7 @@ import pyarrow.csv
 import pyarrow.parquet
 
 import birdjepa.evaluate.probes as probes
+import birdjepa.runtime.outputs as outputs
 
 KEY = ("test_set", "encoder", "probe", "k", "seed", "metric")
 GROUP = ("test_set", "test_shards", "encoder", "encoder_digest", "probe", "k")
@@ -74,8 +75,10 @@ def write(rows: list[dict], out_dir: str | pathlib.Path) -> tuple[pathlib.Path, 
     out.mkdir(parents=True, exist_ok=True)
     t = to_table(rows)
     paths = out / "results.parquet", out / "results.csv"
-    pyarrow.parquet.write_table(t, paths[0])
-    pyarrow.csv.write_csv(t, paths[1])
+    with outputs.replacing(paths[0]) as tmp:
+        pyarrow.parquet.write_table(t, tmp)
+    with outputs.replacing(paths[1]) as tmp:
+        pyarrow.csv.write_csv(t, tmp)
     return paths
 
 

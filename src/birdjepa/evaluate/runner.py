@@ -39,6 +39,7 @@ import birdjepa.models.artifact
 import birdjepa.models.inference as embed
 import birdjepa.params
 import birdjepa.runtime.integrity
+import birdjepa.runtime.outputs as outputs
 import birdjepa.runtime.rundir
 
 
@@ -228,9 +229,8 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
             timings[f"{tp.spec.name}/{enc.name}"] = time.perf_counter() - t1
     paths = results.write(rows, out)
     text = report.tables(rows, fmt=cfg.format, console=True)
-    (out / "results.md").write_text(report.tables(rows, fmt="markdown") + "\n\n" +
-                                    report.provenance(rows, {e.name: e.objective
-                                                             for e in encoders}) + "\n")
+    outputs.write_text(out / "results.md", report.tables(rows, fmt="markdown") + "\n\n" +
+                       report.provenance(rows, {e.name: e.objective for e in encoders}) + "\n")
     report.plot(rows, out / "results.png")
     total = time.perf_counter() - t_start
     summary = {
@@ -241,7 +241,7 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
                      for e in encoders],
         "timings": {"embed_s": t_embed, "probes_s": timings, "total_s": total},
         "config": dataclasses.asdict(cfg), "results": [str(p) for p in paths]}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    outputs.write_json(out / "summary.json", summary, indent=1)
     if verbose:
         print(text)
         print(f"total {total:.1f} s (embedding {t_embed:.1f} s, probes and intervals "

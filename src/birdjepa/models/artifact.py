@@ -15,6 +15,7 @@ fills it (read-only: the run may still be training).
 """
 
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -43,6 +44,7 @@ import birdjepa.params
 import birdjepa.runtime.checkpoint
 import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.integrity
+import birdjepa.runtime.outputs as outputs
 import birdjepa.runtime.rundir
 
 FORMAT = "birdjepa-encoder"
@@ -233,16 +235,18 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     if why:
         m.info["forced"] = why
     out.mkdir(parents=True, exist_ok=True)
-    arrays = {k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.encoder).items()}
-    st.save(arrays, out / "encoder.safetensors", {"format": FORMAT})
-    st.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.head).items()},
-            out / "head.safetensors", {"format": FORMAT, "kind": m.head_kind})
     meta = {"format": FORMAT, "version": VERSION,
             "model": dataclasses.asdict(m.encoder.cfg), "audio": m.audio,
             "head": {"kind": m.head_kind, "classes": m.classes, "activation": m.activation},
             **m.info}
-    (out / "config.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
-    (out / "README.md").write_text(card.render(meta, run_dir))
+    with contextlib.ExitStack() as files:  # every file written before any is renamed in
+        tmp = {n: files.enter_context(outputs.replacing(out / n)) for n in FILES}
+        st.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.encoder).items()},
+                tmp["encoder.safetensors"], {"format": FORMAT})
+        st.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.head).items()},
+                tmp["head.safetensors"], {"format": FORMAT, "kind": m.head_kind})
+        tmp["config.json"].write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        tmp["README.md"].write_text(card.render(meta, run_dir))
     return out
 
 

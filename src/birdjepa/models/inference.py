@@ -37,6 +37,7 @@ import birdjepa.models.artifact
 import birdjepa.models.bird_mae
 import birdjepa.models.columns as columns
 import birdjepa.models.failures
+import birdjepa.runtime.outputs as outputs
 import birdjepa.runtime.rundir
 
 POOLS = ("cls", "mean", "patches")
@@ -480,15 +481,17 @@ def write(result: dict[str, np.ndarray], path: str | os.PathLike) -> None:
     """Save `embed`'s result as .npz, or as an Arrow IPC file (.arrow, one row per window)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".arrow":
+    arrow = path.suffix == ".arrow"
+    path = path if arrow or path.suffix == ".npz" else path.with_name(path.name + ".npz")
+    with outputs.replacing(path) as tmp, open(tmp, "wb") as f:
+        if not arrow:
+            return np.savez(f, **result)
         cols = {k: (pa.array(list(v.reshape(len(v), -1))) if v.ndim > 1 else pa.array(v))
                 for k, v in result.items()}
-        shapes = {k: list(v.shape[1:]) for k, v in result.items()}
-        tbl = pa.table(cols).replace_schema_metadata({"shapes": repr(shapes)})
-        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, tbl.schema) as wr:
+        tbl = pa.table(cols).replace_schema_metadata(
+            {"shapes": repr({k: list(v.shape[1:]) for k, v in result.items()})})
+        with pa.ipc.new_file(f, tbl.schema) as wr:
             wr.write_table(tbl)
-    else:
-        np.savez(path, **result)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ differ from embed's bfloat16 ones by bfloat16 round-off; "cudnn" attention is th
 mathematics as "xla"; rematerialisation only matters for gradients.
 """
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -29,6 +30,7 @@ import jax
 
 import birdjepa.model
 import birdjepa.models.card as card
+import birdjepa.runtime.outputs as outputs
 
 FORMAT = "birdjepa-onnx"
 VERSION = 1
@@ -106,13 +108,17 @@ def export(m, out_dir: str | os.PathLike) -> pathlib.Path:
     proto = convert(m)
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / FILE).write_bytes(proto.SerializeToString())
+    blob = proto.SerializeToString()
     meta = {"format": FORMAT, "version": VERSION,
             "model": dataclasses.asdict(m.encoder.cfg), "audio": m.audio,
             "head": {"kind": m.head_kind, "classes": m.classes, "activation": m.activation},
             "onnx": contract(m),
             "source": m.source, **m.info}
-    (out / "config.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     run_dir = m.source if "config" in m.info else None
-    (out / "README.md").write_text(card.render_onnx(meta, run_dir))
+    with contextlib.ExitStack() as files:  # every file written before any is renamed in
+        tmp = {n: files.enter_context(outputs.replacing(out / n))
+               for n in (FILE, "config.json", "README.md")}
+        tmp[FILE].write_bytes(blob)
+        tmp["config.json"].write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        tmp["README.md"].write_text(card.render_onnx(meta, run_dir))
     return out

@@ -23,6 +23,8 @@ import pathlib
 
 import pyarrow as pa
 
+import birdjepa.runtime.outputs as outputs
+
 LOW_FREQ_HZ = 20.0
 """The fbank's lowest mel edge (Kaldi's low_freq default; the transform passes no other)."""
 COLUMNS = ("Selection", "View", "Channel", "Begin Time (s)", "End Time (s)", "Low Freq (Hz)",
@@ -87,9 +89,9 @@ def write_combined(det: dict[str, pa.Array], path: str | os.PathLike, sample_rat
     if missing:
         raise ValueError(f"raven: detections of {missing[0]!r}, a recording without a duration")
     idx = sorted(range(len(files)), key=lambda i: (offsets[files[i]] + start[i], files[i]))
-    path.write_text("\n".join(_lines(det, idx, sample_rate, offsets)) + "\n")
+    outputs.write_text(path, "\n".join(_lines(det, idx, sample_rate, offsets)) + "\n")
     listed = list_path(path)
-    listed.write_text("".join(os.path.abspath(f) + "\n" for f in offsets))
+    outputs.write_text(listed, "".join(os.path.abspath(f) + "\n" for f in offsets))
     return path, listed
 
 
@@ -135,6 +137,6 @@ def write_per_recording(det: dict[str, pa.Array], out_dir: str | os.PathLike,
     for f, name in names(list(dict.fromkeys(recordings))).items():
         idx = sorted(groups.get(f, []), key=lambda i: start[i])
         path = out_dir / f"{name}.selections.txt"
-        path.write_text("\n".join(_lines(det, idx, sample_rate, None)) + "\n")
+        outputs.write_text(path, "\n".join(_lines(det, idx, sample_rate, None)) + "\n")
         written.append(path)
     return written

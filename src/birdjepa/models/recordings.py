@@ -29,6 +29,7 @@ import birdjepa.models.columns as columns
 import birdjepa.models.failures
 import birdjepa.models.inference as embed
 import birdjepa.runtime.cli_args as cli_args
+import birdjepa.runtime.outputs as outputs
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
 
@@ -248,12 +249,8 @@ def write(cols: dict[str, pa.Array], path: str | os.PathLike) -> pathlib.Path:
     if suffix not in (".parquet", ".csv", ".npz"):
         raise ValueError(f"--out: expected a .parquet, .csv or .npz file, got {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with outputs.replacing(path) as tmp:
         _write_as(suffix, cols, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
