@@ -98,6 +98,18 @@ def test_cli_refuses_forces_restarts_and_skips_complete(corpus, reference):
     assert "--resume=force" in r.stderr and "data." not in r.stderr  # only the differing key
     assert (run_dir / "metrics.jsonl").read_text() == before
 
+    # Issue 38 item 7: a forced start that cannot restore (another model width) failed with an
+    # Orbax traceback after removing COMPLETE and rewriting config.toml
+    def files():  # all but the lock, which names the last process that held it
+        return {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()
+                and p.name != "lock"}
+
+    kept = files()
+    r = h.run(cfg, run_dir, "--n_steps=18", "--model.width=64", "--resume=force")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("error: model: "), r.stderr[-2000:]
+    assert files() == kept and "COMPLETE" in kept
+
     # force also across a change of the data stream (seed): the new stream is entered at step N
     r = h.run(cfg, run_dir, "--n_steps=18", "--optim.lr=0.001", "--seed=7", "--resume=force")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]

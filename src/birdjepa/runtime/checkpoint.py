@@ -61,6 +61,11 @@ NonFiniteStateError = integrity.NonFiniteStateError
 all_finite = integrity.all_finite
 
 
+class ShapeMismatchError(ValueError):
+    """The saved arrays have other shapes than the state asked for (another model config): the
+    caller's mistake, found from the checkpoint's metadata before any array is read."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Restored:
     step: int
@@ -170,6 +175,9 @@ class Checkpointer(integrity.IntactSteps):
     def _restore_arrays(self, step: int, verified: bool, abstract) -> tuple:
         """(state, loader, meta) of a step: read, then checked finite."""
         loader, meta = self._read_json(step, verified)
+        if not integrity.same_shapes(self._step_dir(step) / "state", abstract):
+            raise ShapeMismatchError(f"checkpoint step {step} in {self.ckpt_dir}: expected "
+                                     "arrays of the shapes asked for, got other shapes")
         try:
             state = self._agreed(lambda: self._mngr.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract)))["state"])

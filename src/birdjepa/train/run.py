@@ -143,10 +143,6 @@ def _open_locked(cfg, run_dir: pathlib.Path, is_main: bool, mesh, loaders, lock)
 
 
 def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -> Run:
-    if is_main:  # after the resume checks: a refused command leaves the run as it was
-        birdjepa.runtime.rundir.clear_complete(run_dir)  # n_steps was extended: train on
-        birdjepa.runtime.rundir.keep_run_id(run_dir, cfg.run_id)
-        birdjepa.runtime.rundir.config_file(run_dir).write_text(birdjepa.config.to_toml(cfg))
     cfg_dict = dataclasses.asdict(cfg)
     meta = {"config": cfg_dict, "config_hash": birdjepa.config.config_hash(cfg_dict),
             "code_version": code_version(), "wandb_id": cfg.run_id, "lr_cap": 1.0}
@@ -158,6 +154,8 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
             restored = ckpt.restore(state)
         except birdjepa.runtime.checkpoint.CorruptCheckpointError as e:
             raise birdjepa.runtime.checkpoint.CorruptCheckpointError(f"{e}{RESTART_HINT}") from None
+        except birdjepa.runtime.checkpoint.ShapeMismatchError as e:
+            raise birdjepa.config.ConfigError(_model_changed(cfg, ckpt, e)) from None
         state, train_state, resume_step = restored.state, restored.loader, restored.step
         meta["lr_cap"] = lr_cap(cfg, restored.meta, resume_step, is_main)
         if is_main:
@@ -165,16 +163,30 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
                   flush=True)
     elif cfg.init_encoder:
         state = init_from(cfg, state, mesh)
-    if is_main:  # rows logged after the checkpoint we start from belong to a lost future
-        birdjepa.train.log.truncate(birdjepa.runtime.rundir.metrics_file(run_dir),
-                                    after_step=resume_step or 0)
     owns = loaders is None or callable(loaders)
     train, evals = _open_loaders(cfg, loaders, train_state)
+    if is_main:  # after the restore and the loaders: a start that fails leaves the run as it was
+        birdjepa.runtime.rundir.clear_complete(run_dir)  # n_steps was extended: train on
+        birdjepa.runtime.rundir.keep_run_id(run_dir, cfg.run_id)
+        birdjepa.runtime.rundir.config_file(run_dir).write_text(birdjepa.config.to_toml(cfg))
+        # rows logged after the checkpoint we start from belong to a lost future
+        birdjepa.train.log.truncate(birdjepa.runtime.rundir.metrics_file(run_dir),
+                                    after_step=resume_step or 0)
     if resume_step is None and getattr(train, "multilabel", False):  # sigmoid heads: a prior
         state = birdjepa.train.state.with_prior_bias(state, cfg.n_classes, mesh)
     return Run(cfg=cfg, dir=run_dir, is_main=is_main, ckpt=ckpt, state=state, static=static,
                tx=tx, mesh=mesh, train_loader=train, eval_loader=evals, meta=meta,
                owns_loaders=owns, lock=lock)
+
+
+def _model_changed(cfg, ckpt, e: Exception) -> str:
+    """The one line for a checkpoint whose arrays this config's model cannot hold."""
+    saved = ckpt.read_meta().get("config", {}).get("model", {})
+    now = dataclasses.asdict(cfg.model)
+    diff = [f"model.{k}: checkpoint has {saved[k]!r}, config has {now[k]!r}"
+            for k in sorted(set(saved) & set(now)) if saved[k] != now[k]]
+    return (f"model: {e}; {'; '.join(diff) or 'the model config'} (--resume=force continues "
+            f"the saved model and cannot change its shape){RESTART_HINT}")
 
 
 def lr_cap(cfg: birdjepa.config.Config, saved_meta: dict, step: int, is_main: bool) -> float:
