@@ -233,6 +233,19 @@ def test_rotation_keeps_the_newest_verified_step(tmp_path, monkeypatch, caplog):
     assert "no integrity manifest written" in " ".join(warnings_of(caplog))
 
 
+def test_a_step_copied_under_another_number_is_set_aside(ckpt_dir, caplog):
+    """Issue 38 item 24: `cp -r checkpoints/4 checkpoints/7` was resumed as step 7 (three steps
+    the run never trained, and the data stream entered at the wrong place)."""
+    shutil.copytree(ckpt_dir / "4", ckpt_dir / "7")
+    caplog.set_level(logging.WARNING)
+    with ckpt.Checkpointer(ckpt_dir, every=1, keep=5) as c:
+        out = c.restore(state_of(0))
+    assert out.step == 4 and out.loader == {"pos": 4}
+    assert "checkpoint step 7" in " ".join(warnings_of(caplog))
+    assert "its metadata says step 4" in " ".join(warnings_of(caplog))
+    assert [p.name.split(".")[0] for p in ckpt_dir.glob("7.corrupt-*")] == ["7"]
+
+
 def test_wrong_structure_is_the_callers_error_not_corruption(ckpt_dir):
     like = {**state_of(0), "params": {"w": jnp.zeros((8, 5)), "b": jnp.zeros(4)}}
     as_older_version(ckpt_dir / "3")  # unverified steps too

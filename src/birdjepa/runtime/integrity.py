@@ -276,8 +276,12 @@ class IntactSteps:
         verdict, reason = self._verdict(step)
         if verdict == CORRUPT:
             raise Corrupt(reason)
-        if verdict == UNVERIFIED and WRITES_MANIFEST in self._read_json(step, False)[1]:
+        meta = self._read_json(step, verdict == VERIFIED)[1]
+        if verdict == UNVERIFIED and WRITES_MANIFEST in meta:
             raise Corrupt(f"no {rundir.MANIFEST}, though its metadata says this version saved it")
+        if meta.get("step", step) != step:  # a step directory copied under another number
+            raise Corrupt(f"its metadata says step {meta['step']}: a copy of that step, not "
+                          f"step {step}")
         return load(step, verdict == VERIFIED)
 
     def _verdict(self, step: int) -> tuple[int, str]:
