@@ -117,6 +117,20 @@ def test_schema_and_plan_file(tmp_path):
     assert rules.validate([failed]) and not failed["fits"] and failed["total_gb"] is None
 
 
+def test_a_row_whose_verdict_contradicts_its_figures_is_refused(tmp_path):
+    """Issue 38 item 22: `launch --dry_run` trusted a hand-edited row's `fits: true` at 92 of
+    80 GB."""
+    lie = {**row(total=92.0), "device_gb": 80.0, "used_frac": 1.15, "fits": True}
+    with pytest.raises(ValueError, match=r"row 0, 'fits': expected false for 92.0 of 80.0 GB"):
+        rules.validate([lie], "x")
+    with pytest.raises(ValueError, match=r"row 0, 'used_frac': expected total_gb / device_gb"):
+        rules.validate([{**row(total=40.0), "used_frac": 0.1}], "x")
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps([lie]))
+    with pytest.raises(ValueError, match="'fits': expected false"):
+        rules.load(path)  # what launch --dry_run reads: its line says so and the run fails
+
+
 def test_plan_key_follows_the_step_only():
     cfg = birdjepa.config.load(ROOT / "configs" / "vit-s.toml")
     cfg = birdjepa.config.finalize(dataclasses.replace(cfg, n_classes=10))

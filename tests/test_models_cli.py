@@ -437,3 +437,15 @@ def test_load_encoder_restores_once_and_an_export_has_one_step(run_dir, tmp_path
     with pytest.raises(ValueError, match=f"step: expected the step .* holds \\({held}; an export "
                        f"or imported model holds one\\), got {held - 1}"):
         birdjepa.models.load_encoder(out, step=held - 1)
+
+
+def test_with_head_errors_are_the_same_as_without(tmp_path):
+    """Issue 38 item 24: with `with_head=True` a bad MODEL's error talked about `--cfg` (another
+    code path); now every form of load_encoder opens MODEL through one path."""
+    for spec in [tmp_path / "nope", tmp_path, "bird-mae-base:" + str(tmp_path / "w.safetensors")]:
+        errors = []
+        for kw in ({}, {"with_head": True}, {"with_head": True, "with_input": True}):
+            with pytest.raises(Exception) as e:
+                birdjepa.models.load_encoder(spec, **kw)
+            errors.append((type(e.value), str(e.value)))
+        assert len(set(errors)) == 1 and "--cfg" not in errors[0][1], errors

@@ -101,7 +101,28 @@ def validate(rows: list, source: str = "plan") -> list[dict]:
             if not ok:
                 raise ValueError(f"{source}, row {i}, {k!r}: expected {t.__name__}, "
                                  f"got {type(v).__name__} {v!r}")
+        _check_verdict(row, f"{source}, row {i}")
     return rows
+
+
+def _check_verdict(row: dict, where: str) -> None:
+    """A row's `used_frac` and `fits` as its memory figures make them (a hand-edited plan
+    said fits at 92 of 80 GB)."""
+    total, device = row["total_gb"], row["device_gb"]
+    if total is None:
+        if row["fits"]:
+            raise ValueError(f"{where}, 'fits': expected false for a row without memory "
+                             "figures (a failed compile), got true")
+        return
+    if device <= 0:
+        raise ValueError(f"{where}, 'device_gb': expected a positive size, got {device}")
+    if row["used_frac"] is None or abs(row["used_frac"] - total / device) > 1e-6:
+        raise ValueError(f"{where}, 'used_frac': expected total_gb / device_gb = "
+                         f"{total / device:.4f}, got {row['used_frac']}")
+    if row["fits"] != fits(total, device):
+        raise ValueError(f"{where}, 'fits': expected {str(fits(total, device)).lower()} for "
+                         f"{total:.1f} of {device:.1f} GB (fits at most {1 - HEADROOM:.0%}), "
+                         f"got {str(row['fits']).lower()}")
 
 
 def choose(rows: list[dict], *, min_batch: int) -> dict | None:
