@@ -113,6 +113,7 @@ def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
     assert meta["onnx"]["outputs"] == {"embedding": ["batch", 32], "logits": ["batch", 4],
                                        "probabilities": ["batch", 4]}
     card = (out / "README.md").read_text()
+    assert "equals `birdjepa.embed` to 1e-4 relative (tests/" in card
     assert "## ONNX" in card and "(x - (-7.2)) / (2 * 4.43)" in card.replace("fbank", "x")
     # A run whose config names no resampler trained before issue 36: the card names that filter.
     assert meta["audio"]["resampler"] == "rubato-bh2-1024"
@@ -175,12 +176,16 @@ def test_bfloat16_model_exports_in_float32(run_dir, tmp_path):
     skel = birdjepa.model.ViT(cfg, n_frames=32, n_mels=64, key=jax.random.key(0))
     bf16 = bird_mae.fill(skel, bird_mae.leaf_paths(m.encoder))  # same weights, bf16 compute
     out = onnx_export.export(dataclasses.replace(m, encoder=bf16), tmp_path / "onnx")
-    assert "float32" in json.loads((out / "config.json").read_text())["onnx"][
-        "exported_dtype_note"]
+    onnx = json.loads((out / "config.json").read_text())["onnx"]
+    assert "float32" in onnx["exported_dtype_note"]
     x = our_input(m, wave(1.0), 1.0)
     emb = ort.InferenceSession(str(out / "model.onnx")).run(["embedding"], {"fbank": x})[0]
     assert rel(emb, np.asarray(m.encoder(jnp.asarray(x)).pooled_bd)) < 1e-4
-    assert rel(emb, np.asarray(bf16(jnp.asarray(x)).pooled_bd)) < 3e-2
+    # Issue 38 item 18: the card claimed 1e-4 against embed; measured 8e-4 to 3e-3 for bf16.
+    measured = rel(emb, np.asarray(bf16(jnp.asarray(x)).pooled_bd))  # what embed computes
+    assert 1e-4 < measured < onnx["embed_rel_bound"] == 1e-2, measured
+    assert "equals `birdjepa.embed` to 1e-2 relative (embed computes this model in bfloat16" \
+        in (out / "README.md").read_text()
 
 
 def test_export_of_what_is_not_a_run_names_run_dir(tmp_path, capsys):

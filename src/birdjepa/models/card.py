@@ -155,7 +155,8 @@ def onnx_lines(meta: dict) -> list[str]:
         *outs,
         "",
         f"`embedding` is the encoder's pooled embedding (pool `{o['pool']}`). {head}The graph "
-        f"is {o['exported_dtype_note']}; it equals `birdjepa.embed` to 1e-4 relative "
+        f"is {o['exported_dtype_note']}; it equals `birdjepa.embed` to "
+        f"{o.get('embed_rel_bound', 1e-4):.0e}".replace("e-0", "e-") + f" relative{_bf16_words(o)} "
         "(tests/test_export_onnx.py).",
         "",
         "### The input, without birdjepa",
@@ -236,3 +237,12 @@ def _pad_code(a: dict) -> list[str]:
     if a.get("pad") == "repeat":
         return [norm, f"x = np.resize(x[:{n}], ({n}, x.shape[1]))"]
     return [norm, f"x = np.pad(x[:{n}], ((0, max(0, {n} - len(x))), (0, 0)))"]
+
+
+def _bf16_words(o: dict) -> str:
+    """Why a bfloat16 model's bound is looser (an export made before the bound was recorded
+    claims the float32 one)."""
+    if o.get("embed_rel_bound", 1e-4) <= 1e-4:
+        return ""
+    return (" (embed computes this model in bfloat16, as it trained; the graph's float32 "
+            "forward is the same weights without bfloat16 round-off)")
