@@ -9,7 +9,6 @@ import pathlib
 import subprocess
 import sys
 
-import loader_shards
 import pytest
 import submitit  # noqa: F401 - imported before output capture: its logger binds sys.stderr
 
@@ -22,11 +21,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "demo.toml"
 
 
-def demo_shards(root: pathlib.Path) -> None:
-    """Small shards where configs/demo.toml looks for its data (relative to `root`)."""
+@pytest.fixture(scope="module")
+def demo_audio(demo_corpus) -> str:
+    """20 real recordings in one shard (a dry run decodes samples of its data)."""
+    return demo_corpus(n_recordings=20, n_shards=1, min_s=1.0, max_s=2.0, seed=3)["out_dir"]
+
+
+def demo_shards(root: pathlib.Path, corpus: str) -> None:
+    """`corpus` where configs/demo.toml looks for its data (relative to `root`)."""
+    (root / "data" / "demo").mkdir(parents=True)
     for split in ("train", "eval"):
-        (root / "data" / "demo" / split).mkdir(parents=True)
-        loader_shards.corpus(root / "data" / "demo" / split, sizes=(20,))
+        (root / "data" / "demo" / split).symlink_to(corpus, target_is_directory=True)
 
 
 def write_sweep(tmp_path: pathlib.Path, entries: str, name: str = "sw") -> pathlib.Path:
@@ -52,9 +57,10 @@ def test_bad_value_type_names_entry_and_key(tmp_path, capsys):
     assert "entry 0" in err and "batch_size" in err, err
 
 
-def test_dry_run_prints_resolved_configs_and_submits_nothing(tmp_path, capsys, monkeypatch):
+def test_dry_run_prints_resolved_configs_and_submits_nothing(tmp_path, capsys, monkeypatch,
+                                                             demo_audio):
     monkeypatch.chdir(tmp_path)
-    demo_shards(tmp_path)
+    demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 3e-3, "n_steps": 7}]')
     assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -68,7 +74,8 @@ def test_dry_run_prints_resolved_configs_and_submits_nothing(tmp_path, capsys, m
     assert "lr = 0.003" in out and "n_steps = 7" in out
     for i, c in enumerate(cfgs):  # every entry's shards were opened and checked
         for key in ("train_shards", "eval_shards"):
-            assert f"entry {i} ({c.run_id}): data.{key}: 20 rows in 1 file(s), labels 0..9" in out
+            line = f"entry {i} ({c.run_id}): data.{key}: 20 rows in 1 file(s), labels "
+            assert line in out and "samples decoded (0 failed): ok" in out
     assert not (tmp_path / "logs").exists() and not (tmp_path / "runs").exists()
 
 
@@ -87,9 +94,9 @@ def test_run_ids_are_stable_and_follow_the_config(tmp_path):
     assert launch.resolve(c)[0].run_id == ids1[0]
 
 
-def test_resubmitting_complete_runs_does_nothing(tmp_path, capsys, monkeypatch):
+def test_resubmitting_complete_runs_does_nothing(tmp_path, capsys, monkeypatch, demo_audio):
     monkeypatch.chdir(tmp_path)
-    demo_shards(tmp_path)
+    demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 3e-3}]')
     cfgs = launch.resolve(sweep)
     for c in cfgs:
@@ -162,12 +169,13 @@ def test_repo_sweeps_resolve(sweep):
     assert len({c.run_id for c in cfgs}) == len(cfgs) >= 2
 
 
-def test_submitting_leaves_no_empty_placeholder_directory(tmp_path, capsys, monkeypatch):
+def test_submitting_leaves_no_empty_placeholder_directory(tmp_path, capsys, monkeypatch,
+                                                          demo_audio):
     """submitit creates its folder template `logs/<sweep>/%j` literally when it submits; after
     submitting, only the jobs' own log directories remain (the job is a plain print here, run
     by submitit's local executor: no training)."""
     monkeypatch.chdir(tmp_path)
-    demo_shards(tmp_path)
+    demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}]', name="mine")
     monkeypatch.setattr(birdjepa.runtime.job, "TrainingJob",
                         lambda cfg: functools.partial(print, cfg.run_id))
@@ -189,11 +197,12 @@ def _timed_job(path: pathlib.Path, fail: bool):
     return functools.partial(subprocess.run, [sys.executable, "-c", code], check=True)
 
 
-def test_max_parallel_runs_one_after_another_and_reports_each(tmp_path, capsys, monkeypatch):
+def test_max_parallel_runs_one_after_another_and_reports_each(tmp_path, capsys, monkeypatch,
+                                                              demo_audio):
     """--max_parallel 1 (local): the runs do not overlap, launch() returns once all have ended,
     and a failed run is reported without stopping the ones after it."""
     monkeypatch.chdir(tmp_path)
-    demo_shards(tmp_path)
+    demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3}, {"optim.lr": 3e-3}]')
     monkeypatch.setattr(birdjepa.runtime.job, "TrainingJob", lambda cfg: _timed_job(
         tmp_path / f"{cfg.optim.lr}.txt", cfg.optim.lr == 2e-3))
@@ -211,11 +220,11 @@ def test_max_parallel_runs_one_after_another_and_reports_each(tmp_path, capsys, 
 
 
 def test_entries_runs_only_the_named_entries_under_their_sweep_ids(tmp_path, capsys,
-                                                                    monkeypatch):
+                                                                    monkeypatch, demo_audio):
     """--entries 2 --entries 0 submits entries 0 and 2 (sweep order) with the run ids they have
     in the whole sweep; an index past the sweep's end is refused, naming the range."""
     monkeypatch.chdir(tmp_path)
-    demo_shards(tmp_path)
+    demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3}, {"optim.lr": 3e-3}]')
     ids = [c.run_id for c in launch.resolve(sweep)]
     ran = []
@@ -265,12 +274,12 @@ def test_flags_use_underscores_and_accept_dashes():
 
 
 def test_dry_run_says_from_the_plan_whether_each_entry_fits_the_gpu(tmp_path, capsys,
-                                                                   monkeypatch):
+                                                                   monkeypatch, demo_audio):
     """--slurm.gpu with --dry_run reads the plan file: an entry planned at its batch per GPU
     (batch_size / (nodes x gpus_per_node)) fits or not, one without a row is "not planned", and
     a planned entry that does not fit fails the dry run."""
     monkeypatch.chdir(tmp_path)
-    demo_shards(tmp_path)
+    demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"batch_size": 32}, {"batch_size": 64}]')
     a, b = launch.resolve(sweep)
 
@@ -320,3 +329,34 @@ def test_slurm_counts_out_of_range_are_refused(tmp_path, capsys, flag, value, le
     assert launch.main(["--sweep", str(sweep), "--dry-run", f"--slurm.{flag}", value]) == 2
     err = capsys.readouterr().err
     assert f"--slurm.{flag}: expected an int >= {least}, got {value}" in err, err
+
+
+def test_dry_run_decodes_samples_and_fails_data_that_the_run_would_fail_on(tmp_path, capsys,
+                                                                          monkeypatch,
+                                                                          demo_audio):
+    """Issue 38 item 24: --dry_run said "ok" for eval data whose evaluation later failed with
+    TooManyFailuresError (files present, bytes not audio): the dry run now decodes the first
+    failure_window samples of each split as the run's loaders do."""
+    import pyarrow as pa
+
+    import birdjepa.data
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "demo" / "eval").mkdir(parents=True)
+    (tmp_path / "data" / "demo" / "train").symlink_to(demo_audio, target_is_directory=True)
+    (shard,) = birdjepa.data.resolve_shards(demo_audio)
+    t = pa.ipc.open_stream(pa.memory_map(shard)).read_all()
+    rows = [{**r, "audio": {**r["audio"], "bytes": b"not audio " * 50}} if i % 2 else r
+            for i, r in enumerate(t.to_pylist())]
+    with pa.OSFile(str(tmp_path / "data/demo/eval/data.arrow"), "wb") as f, \
+            pa.ipc.new_stream(f, t.schema) as w:
+        w.write_table(pa.Table.from_pylist(rows, schema=t.schema))
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}]')
+    assert launch.main(["--sweep", str(sweep), "--dry_run"]) == 2
+    out, err = capsys.readouterr()
+    (cfg,) = launch.resolve(sweep)
+    assert f"entry 0 ({cfg.run_id}): data.train_shards: 20 rows" in out
+    assert "(0 failed): ok" in out
+    (line,) = [x for x in out.splitlines() if "data.eval_shards" in x]
+    assert "too many failed samples: 10 of the last 20 samples failed" in line, line
+    assert "dry run: 1 shard check(s) failed" in err

@@ -400,3 +400,27 @@ class _DebugLoader(Loader):
     bytes and the crop, `debug_delay_s` slower per sample). For tests and benchmarks only."""
 
     _TEST_TRANSFORMS = ("debug",)
+
+
+def trial(shards, *, config: data_config.LoaderConfig, mode: str, batch_size: int,
+          n_classes: int = 0) -> dict:
+    """Decode the first `config.failure_window` samples of `shards` as a run's `mode` loader
+    does and judge them by `config.max_failure_fraction` (birdjepa.TooManyFailuresError, as the
+    run would raise it); an eval pass ends sooner on a smaller split. What `launch --dry_run`
+    runs so data that decodes too badly is found before a job is queued. Returns
+    {"samples", "failures", "failures_by_kind"}."""
+    n = max(1, config.failure_window)
+    config = dataclasses.replace(config, n_workers=min(2, os.cpu_count() or 1))
+    seen = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # counted below, not one line each
+        with Loader(shards, config=config, mode=mode, batch_size=max(1, min(batch_size, n)),
+                    n_classes=n_classes) as ld:
+            for batch in ld:
+                seen += len(batch["valid"]) if "valid" in batch else ld.batch_size
+                if seen >= n:
+                    break
+            s = ld.stats()
+    tried = int(s.get("decoded", 0)) + int(s.get("failures", 0))  # prefetched work included
+    return {"samples": tried, "failures": int(s.get("failures", 0)),
+            "failures_by_kind": dict(s.get("failures_by_kind", {}))}

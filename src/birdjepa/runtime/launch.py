@@ -9,6 +9,12 @@ Every entry is validated before anything is submitted: a bad sweep fails whole, 
 and the key. Each run gets a stable run id (sweep name, entry index, hash of its config), so
 resubmitting a sweep finds the same run directories: complete runs are skipped and interrupted
 ones resume from their checkpoints.
+
+With --executor local --max_parallel N the launcher waits for its jobs, each in a process group
+of its own. Ctrl-C (or SIGTERM, SIGHUP, or `kill -INT` of the launcher alone) reaches the
+launcher, which forwards it to the running jobs: each saves a checkpoint at its next step
+boundary and stops; the launcher waits for them, starts no further entry, says in one line where
+each stopped and exits 128 + the signal (130 for Ctrl-C). A second Ctrl-C aborts at once.
 """
 
 import dataclasses
@@ -17,6 +23,8 @@ import importlib.util
 import json
 import pathlib
 import shutil
+import sys
+import time
 import typing
 
 import submitit
@@ -33,6 +41,7 @@ import birdjepa.gpuplan.rules
 import birdjepa.gpuplan.targets
 import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.job
+import birdjepa.runtime.preemption
 import birdjepa.runtime.rundir
 import birdjepa.runtime.slurm_env
 
@@ -199,7 +208,9 @@ def check_slurm(s: SlurmConfig) -> None:
 
 def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
     """Open cfg's train and eval shards as the run will (columns, label range against
-    n_classes) without starting a loader: one (line, ok) per split."""
+    n_classes), then decode the first failure_window samples of each as the run's loaders will
+    (birdjepa.data.loader.trial: too many failures fail the check, as they would the run): one
+    (line, ok) per split."""
     d = cfg.data
     out = []
     for key in ("train_shards", "eval_shards"):
@@ -221,11 +232,27 @@ def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
             span = "no labels" if not labels or labels["min"] is None else (
                 f"labels {labels['min'][0]}..{labels['max'][0]} of n_classes={n_classes}")
             files = f", {checked - missing}/{checked} audio files found" if checked else ""
-            out.append((f"data.{key}: {ds.n_rows} rows in {len(paths)} file(s), {span}{files}: "
-                        "ok", True))
+            tried = _trial(cfg, paths, mode, n_classes)
+            out.append((f"data.{key}: {ds.n_rows} rows in {len(paths)} file(s), {span}{files}, "
+                        f"{tried['samples']} samples decoded ({tried['failures']} failed): ok",
+                        True))
         except (birdjepa.Error, birdjepa.config.ConfigError, OSError) as e:
             out.append((f"data.{key}: {e}", False))
     return out
+
+
+def _trial(cfg: birdjepa.config.Config, paths: list[str], mode: str, n_classes: int) -> dict:
+    """birdjepa.data.loader.trial with the settings the run's `mode` loader gets
+    (birdjepa.train.run.make_loaders)."""
+    d = cfg.data
+    if mode == "train":
+        return birdjepa.data.loader.trial(paths, config=d, mode=mode, batch_size=cfg.batch_size,
+                                          n_classes=n_classes)
+    ecfg = d.for_eval()
+    if d.eval_label_column:
+        ecfg = dataclasses.replace(ecfg, label_column=d.eval_label_column)
+    return birdjepa.data.loader.trial(paths, config=ecfg, mode=mode, n_classes=n_classes,
+                                      batch_size=d.eval_batch_size or cfg.batch_size)
 
 
 def plan_lines(cfg: birdjepa.config.Config, lc: LaunchConfig) -> list[tuple[str, bool]]:
@@ -302,6 +329,8 @@ def make_executor(lc: LaunchConfig, *, job_name: str, n_workers: int):
     # template directory itself literally (an empty `%j` beside the jobs' logs).
     folder = pathlib.Path(lc.log_dir) / job_name
     executor = submitit.AutoExecutor(folder=folder, cluster=lc.executor)
+    if lc.executor == "local":
+        executor._executor = birdjepa.runtime.job.GroupLocalExecutor(folder)
     s = lc.slurm
     params = dict(
         timeout_min=max(1, int(round(lc.n_hours * 60))),
@@ -342,6 +371,8 @@ def select(cfgs: list[birdjepa.config.Config],
 
 
 def launch(lc: LaunchConfig) -> list:
+    """Submit the sweep's incomplete entries; with --max_parallel, wait for them group by group.
+    Raises Interrupted (its one line) when a signal stopped the waiting launcher."""
     check_slurm(lc.slurm)
     entries = select(resolve(lc.sweep), lc.entries)
     cfgs = list(entries.values())
@@ -364,30 +395,77 @@ def launch(lc: LaunchConfig) -> list:
     fixed = [c.data.n_workers * 2 for c in todo if c.data.n_workers != "auto"]
     n_workers = max(fixed) if len(fixed) == len(todo) else 14
     executor = make_executor(lc, job_name=name, n_workers=n_workers)
-    group = lc.max_parallel or len(todo)
+    with birdjepa.runtime.job.Interrupts(enabled=bool(lc.max_parallel)) as stop:
+        return _submit(executor, todo, lc.max_parallel, stop)
+
+
+def _submit(executor, todo: list[birdjepa.config.Config], max_parallel: int,
+            stop: birdjepa.runtime.job.Interrupts) -> list:
+    """Submit `todo` in groups of `max_parallel` (0: all at once, not waited for), each group
+    after the one before has ended; none after a stop signal."""
+    group = max_parallel or len(todo)
     jobs = []
     for start in range(0, len(todo), group):
         chunk = todo[start:start + group]
+        if stop.signum is not None:
+            raise Interrupted(stop.signum, [], todo[start:])
         with executor.batch():
             new = [executor.submit(birdjepa.runtime.job.TrainingJob(c)) for c in chunk]
         for job, c in zip(new, chunk, strict=True):
             print(f"job {job.job_id}: {c.run_id} run_dir={c.run_dir} logs={job.paths.stdout}",
                   flush=True)
-        if lc.max_parallel:
-            _wait(new, chunk)
         jobs += new
+        if max_parallel:
+            stop.running(new, [c.run_id for c in chunk])
+            states = _wait(new, chunk, stop)
+            if stop.signum is not None:
+                raise Interrupted(stop.signum, list(zip(chunk, states, strict=True)),
+                                  todo[start + group:])
     return jobs
 
 
-def _wait(jobs: list, cfgs: list[birdjepa.config.Config]) -> None:
-    """Wait for every job; print how each ended (a failed run does not stop the sweep)."""
-    for job, c in zip(jobs, cfgs, strict=True):
-        try:
-            job.result()
-            state = "complete" if is_complete(c) else "ended without COMPLETE"
-        except Exception as e:  # noqa: BLE001 - submitit re-raises the job's own error
-            state = f"failed ({type(e).__name__}; see {job.paths.stderr})"
-        print(f"job {job.job_id}: {c.run_id} {state}", flush=True)
+def _wait(jobs: list, cfgs: list[birdjepa.config.Config],
+          stop: birdjepa.runtime.job.Interrupts) -> list[str]:
+    """Wait for every job; print how each ended (a failed run does not stop the sweep) unless a
+    stop signal came (Interrupted says it then). Returns how each ended."""
+    while not all(job.done() for job in jobs):
+        stop.notice()
+        time.sleep(0.2)
+    stop.notice()
+    stopped = stop.signum is not None
+    states = [_outcome(job, c, stopped) for job, c in zip(jobs, cfgs, strict=True)]
+    if not stopped:
+        for job, c, state in zip(jobs, cfgs, states, strict=True):
+            print(f"job {job.job_id}: {c.run_id} {state}", flush=True)
+    return states
+
+
+def _outcome(job, cfg: birdjepa.config.Config, stopped: bool) -> str:
+    """How an ended job ended, in a few words (`stopped`: after a stop signal)."""
+    if not job.paths.result_pickle.exists():  # killed, or stopped before TrainingJob began
+        return (f"stopped without saving (see {job.paths.stderr})" if stopped else
+                f"failed (no result; see {job.paths.stderr})")
+    try:
+        summary = job.result()
+    except Exception as e:  # noqa: BLE001 - submitit re-raises the job's own error
+        return f"failed ({type(e).__name__}; see {job.paths.stderr})"
+    if is_complete(cfg):
+        return "complete"
+    if isinstance(summary, dict) and summary.get("preempted"):
+        return f"stopped at step {summary.get('steps')} with a checkpoint"
+    return "ended without COMPLETE"
+
+
+class Interrupted(Exception):
+    """A signal stopped the launcher while it waited for local jobs (str: the one line)."""
+
+    def __init__(self, signum: int, ended: list, not_started: list[birdjepa.config.Config]):
+        """`ended`: (config, how it ended) of the jobs that were running."""
+        ran = ", ".join(f"{c.run_id} {state}" for c, state in ended) or "no run was running"
+        rest = ", ".join(c.run_id for c in not_started) or "none"
+        super().__init__(f"interrupted: {ran}; run the same command again to resume; entries "
+                         f"not started: {rest}")
+        self.signum = signum
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,4 +475,10 @@ def main(argv: list[str] | None = None) -> int:
         launch(lc)
     except (SweepError, birdjepa.config.ConfigError) as e:
         return cli_args.fail(e)
+    except Interrupted as e:
+        birdjepa.runtime.job.say(str(e), sys.stderr)
+        return 128 + e.signum
+    except KeyboardInterrupt:  # before or while submitting, not waiting
+        birdjepa.runtime.job.say("interrupted: nothing further submitted", sys.stderr)
+        return birdjepa.runtime.preemption.EXIT_INTERRUPTED
     return 0

@@ -9,9 +9,9 @@ Where the state comes from, in this order (the whole resume policy):
 2. Init-from. `init_encoder` names another run: its latest checkpoint's encoder replaces the
    fresh one (read-only: that run may still be writing); heads, probe and optimiser are fresh.
 3. Scratch: everything from `seed`.
-A run whose COMPLETE marker records at least n_steps returns at once, after the same config
-check as a resume (against run_dir/config.toml). Process 0 holds the run
-lock (birdjepa.runtime.rundir.Lock) for the whole run and alone writes files beside the checkpoints.
+A run whose COMPLETE marker records at least n_steps returns at once, after the same config check
+as a resume (against run_dir/config.toml). Process 0 holds the run lock (rundir.Lock) for the
+whole run and alone writes files beside the checkpoints, once the restore and the loaders work.
 """
 
 import dataclasses
@@ -159,19 +159,17 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
         state, train_state, resume_step = restored.state, restored.loader, restored.step
         meta["lr_cap"] = lr_cap(cfg, restored.meta, resume_step, is_main)
         if is_main:
-            print(f"resumed from step {resume_step} ({time.perf_counter() - t0:.2f} s)",
-                  flush=True)
+            print(f"resumed from step {resume_step} ({time.perf_counter() - t0:.2f} s)", flush=True)
     elif cfg.init_encoder:
         state = init_from(cfg, state, mesh)
     owns = loaders is None or callable(loaders)
     train, evals = _open_loaders(cfg, loaders, train_state)
-    if is_main:  # after the restore and the loaders: a start that fails leaves the run as it was
+    if is_main:  # a start that failed before here left the run directory as it was
         birdjepa.runtime.rundir.clear_complete(run_dir)  # n_steps was extended: train on
         birdjepa.runtime.rundir.keep_run_id(run_dir, cfg.run_id)
         birdjepa.runtime.rundir.config_file(run_dir).write_text(birdjepa.config.to_toml(cfg))
-        # rows logged after the checkpoint we start from belong to a lost future
-        birdjepa.train.log.truncate(birdjepa.runtime.rundir.metrics_file(run_dir),
-                                    after_step=resume_step or 0)
+        birdjepa.train.log.truncate(birdjepa.runtime.rundir.metrics_file(run_dir),  # rows of
+                                    after_step=resume_step or 0)  # a lost future go
     if resume_step is None and getattr(train, "multilabel", False):  # sigmoid heads: a prior
         state = birdjepa.train.state.with_prior_bias(state, cfg.n_classes, mesh)
     return Run(cfg=cfg, dir=run_dir, is_main=is_main, ckpt=ckpt, state=state, static=static,
@@ -181,12 +179,10 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
 
 def _model_changed(cfg, ckpt, e: Exception) -> str:
     """The one line for a checkpoint whose arrays this config's model cannot hold."""
-    saved = ckpt.read_meta().get("config", {}).get("model", {})
-    now = dataclasses.asdict(cfg.model)
-    diff = [f"model.{k}: checkpoint has {saved[k]!r}, config has {now[k]!r}"
-            for k in sorted(set(saved) & set(now)) if saved[k] != now[k]]
-    return (f"model: {e}; {'; '.join(diff) or 'the model config'} (--resume=force continues "
-            f"the saved model and cannot change its shape){RESTART_HINT}")
+    saved, now = ckpt.read_meta().get("config", {}).get("model", {}), dataclasses.asdict(cfg.model)
+    diff = "; ".join(f"model.{k}: checkpoint has {saved[k]!r}, config has {now[k]!r}"
+                     for k in sorted(set(saved) & set(now)) if saved[k] != now[k])
+    return f"model: {e}; {diff or 'the model'} (--resume=force keeps its shape){RESTART_HINT}"
 
 
 def lr_cap(cfg: birdjepa.config.Config, saved_meta: dict, step: int, is_main: bool) -> float:
