@@ -130,7 +130,6 @@ def predict(model, source, *, window_s: float | None = None, hop_s: float | None
 
 def run(args: argparse.Namespace) -> dict:
     check_args(args)
-    m = export.open_model(args.model)
     src = runner.resolve(args.source, args.audio_column)
     runner.check_files(src, args.audio_column, runner.files(args))
     if args.format == "raven" and src.files is None:
@@ -138,6 +137,10 @@ def run(args: argparse.Namespace) -> dict:
                          f"files), got the table {args.source[0]!r}")
     if args.format == "raven":
         raven.check_paths(src.files)
+    for name in raven.names(sorted(src.files)).values() if args.out_dir is not None else ():
+        runner.check_out(pathlib.Path(args.out_dir) / f"{name}.selections.txt", (".txt",),
+                         "--out_dir", args.overwrite)  # each table, before any compute
+    m = export.open_model(args.model)
     where, probs = probabilities(m, src, args)
     cols = detections(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
     if args.format == "raven" and args.out_dir is not None:

@@ -115,6 +115,8 @@ def add_common(p: cli_args.Parser, *, window_s: float | None = None, out_require
                    "shards (a file or directory), a datasets save_to_disk directory, or DIR:SPLIT")
     p.add_argument("--out", required=out_required, default=None,
                    help="output file; its suffix picks the format")
+    p.add_flag("overwrite", "replace an existing output file that this command did not write "
+               "(without it such a file is refused; one of its own outputs is replaced)")
     p.add_argument("--window_s", type=cli_args.converter(float), default=window_s,
                    help="window length in seconds (default: the model's clip, e.g. 5 s)")
     p.add_argument("--hop_s", type=cli_args.converter(float), default=None,
@@ -288,14 +290,19 @@ def _dense(c: pa.Array) -> np.ndarray:
     return np.asarray(c.to_numpy(zero_copy_only=False), np.float32).reshape(-1, *shape)
 
 
-def check_out(out: str | os.PathLike, suffixes: tuple[str, ...], option: str = "--out") -> None:
-    """Before any compute: `out`'s suffix is one of `suffixes`, it is not a directory, and its
+def check_out(out: str | os.PathLike, suffixes: tuple[str, ...], option: str = "--out",
+              overwrite: bool = False) -> None:
+    """Before any compute: `out`'s suffix is one of `suffixes`, it is not a directory, an
+    existing file there is one of embed's or predict's outputs (or `overwrite`), and its
     nearest existing ancestor is a writable directory (not a file)."""
     path = pathlib.Path(out)
     if path.suffix.lower() not in suffixes:
         raise ValueError(f"{option}: expected a {' or '.join(suffixes)} file, got {str(out)!r}")
     if path.is_dir():
         raise ValueError(f"{option}: expected a file, got the directory {str(out)!r}")
+    if path.exists() and not overwrite and not is_output(path):
+        raise ValueError(f"{option}: expected a new file or one embed/predict wrote, got "
+                         f"{str(out)!r}, which holds something else; --overwrite replaces it")
     parent = next(p for p in path.absolute().parents if p.exists())
     if not parent.is_dir():
         raise ValueError(f"{option}: expected {str(parent)!r} to be a directory (the output "
@@ -317,7 +324,34 @@ def check_args(args: argparse.Namespace, suffixes: tuple[str, ...]) -> None:
     if not (math.isfinite(mb) and mb > 0):
         raise ValueError(f"--max_audio_mb: expected MB > 0, got {mb}")
     if args.out is not None:
-        check_out(args.out, suffixes)
+        check_out(args.out, suffixes, overwrite=getattr(args, "overwrite", False))
+
+
+OUTPUT_COLUMNS = {"start_s", "end_s", "duration_s", "padded_s"}
+"""Columns every table of embed and predict has (columns.timing): how an existing file is known
+as one of their outputs, which a new run may replace."""
+
+
+def is_output(path: pathlib.Path) -> bool:
+    """Whether `path` is a table embed or predict wrote (its columns, by suffix) or one of
+    predict's Raven tables (their Class Index and Padded (s) columns)."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            names = pyarrow.parquet.read_schema(path).names
+        elif suffix == ".npz":
+            with zipfile.ZipFile(path) as z:
+                names = [n.removesuffix(".npy") for n in z.namelist()]
+        else:
+            with open(path, encoding="utf-8") as f:
+                head = f.readline().rstrip("\n")
+            names = ([c.strip('"') for c in head.split(",")] if suffix == ".csv"
+                     else head.split("\t"))
+            if suffix == ".txt":
+                return {"Class Index", "Padded (s)"} <= set(names)
+    except (OSError, ValueError, zipfile.BadZipFile, pyarrow.ArrowException):
+        return False
+    return OUTPUT_COLUMNS <= set(names)
 
 
 def _one_line(message, category, filename, lineno, file=None, line=None) -> None:
