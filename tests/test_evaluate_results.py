@@ -184,3 +184,20 @@ def test_a_failed_write_keeps_the_previous_results(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before)  # nothing left over
     assert csv_path.read_bytes() == before["results.csv"]
     assert len(results.read(tmp_path)) == len(fake_rows("lejepa"))
+
+
+def test_evaluate_refuses_an_out_dir_holding_files_it_did_not_write(tmp_path):
+    """Issue 38, acceptance: evaluate replaced a user's results.csv in out_dir; an earlier
+    evaluation's files (with its summary.json) are replaced as before."""
+    import json
+
+    import birdjepa.config
+    import birdjepa.evaluate.runner as runner
+
+    runner.check_out_dir(tmp_path / "new")  # absent: fine
+    (tmp_path / "results.csv").write_text("my,own\n1,2\n")
+    with pytest.raises(birdjepa.config.ConfigError, match=r"holding results.csv that evaluate "
+                       r"did not write; choose another out_dir"):
+        runner.check_out_dir(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"results": ["results.parquet"]}))
+    runner.check_out_dir(tmp_path)

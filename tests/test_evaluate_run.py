@@ -116,7 +116,8 @@ def test_retrain_into_the_same_run_dir_is_evaluated_anew(corpus, tmp_path, embed
     assert r.returncode == 2, err
     assert err.startswith("error: ") and err.count("\n") == 1, err  # one line, no traceback
     line = err.strip()
-    assert "config key 'encoders'" in line and "not compatible with the stored shape" in line
+    assert "config key 'encoders'" in line
+    assert "expected arrays of the shapes asked for, got other shapes" in line
     assert not (tmp_path / "o").exists()  # nothing embedded
 
 

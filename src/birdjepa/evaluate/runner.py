@@ -203,11 +203,33 @@ def check_finite(emb: dict) -> None:
                 f"its {role} embeddings for test set {test_set!r} (are its weights finite?)")
 
 
+OUTPUTS = ("results.parquet", "results.csv", "results.md", "results.png", "summary.json")
+"""The files evaluate writes into out_dir (and its embeddings/ cache)."""
+
+
+def check_out_dir(out: pathlib.Path) -> None:
+    """Up front: out_dir holds none of OUTPUTS, or they come with the summary.json of an
+    earlier evaluation (which this one replaces); a user's file of such a name is refused."""
+    present = [n for n in OUTPUTS if (out / n).exists()]
+    if not present:
+        return
+    try:
+        ours = "results" in json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError, TypeError):
+        ours = False
+    if not ours:
+        raise birdjepa.config.ConfigError(
+            f"out_dir: expected a directory without evaluate's file names or an earlier "
+            f"evaluation's (its summary.json), got {str(out)!r} holding {', '.join(present)} "
+            "that evaluate did not write; choose another out_dir")
+
+
 def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
     """Evaluate every configured encoder on every test set; returns the summary (also
     out_dir/summary.json) with the result rows under "rows"."""
     t_start, out = time.perf_counter(), pathlib.Path(cfg.out_dir)
     config.validate(cfg)
+    check_out_dir(out)
     plans = checks.build(cfg)
     encoders = load_encoders(cfg)
     for enc in (e for e in encoders if e.model is None):
