@@ -94,9 +94,17 @@ def test_make_loaders_refuses_labels_past_n_classes(tmp_path):
 
 def test_dry_run_opens_every_entrys_shards_and_reports_per_entry(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    n = 16000  # 1 s of 16-bit mono at 16 kHz: real audio, as the dry run decodes samples
+    wav = (b"RIFF" + (36 + 2 * n).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little")
+           + (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + (16000).to_bytes(4, "little")
+           + (32000).to_bytes(4, "little") + (2).to_bytes(2, "little") + (16).to_bytes(2, "little")
+           + b"data" + (2 * n).to_bytes(4, "little") + bytes(2 * n))
+    t = loader_shards.table(range(20))
+    t = t.set_column(0, "audio", pa.array([{"bytes": wav, "path": f"{i}.wav"} for i in range(20)],
+                                          type=loader_shards.AUDIO))
     for split in ("train", "eval"):
         (tmp_path / split).mkdir()
-        loader_shards.corpus(tmp_path / split, sizes=(20,))
+        loader_shards.write(tmp_path / split / "shard-000.arrow", t)
     sweep = tmp_path / "sw.py"
     sweep.write_text(
         f"BASE = {str(DEMO)!r}\n\ndef make_cfgs():\n    return ["
@@ -109,7 +117,7 @@ def test_dry_run_opens_every_entrys_shards_and_reports_per_entry(tmp_path, capsy
     lines = [ln for ln in out.splitlines() if ln.startswith("entry ")]
     assert len(lines) == 6, out
     assert "entry 0" in lines[0] and "data.train_shards: 20 rows in 1 file(s), labels 0..9 of " \
-        "n_classes=12: ok" in lines[0]
+        "n_classes=12, " in lines[0] and lines[0].endswith(" (0 failed): ok")
     assert "entry 1" in lines[2] and "n_classes=4: expected labels in [0, 4), got 9" in lines[2]
     assert "entry 2" in lines[4] and "column 'ebird_code': no such column" in lines[4]
     assert "3 shard check(s) failed" not in err and "shard check(s) failed" in err
