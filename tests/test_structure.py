@@ -89,6 +89,22 @@ def test_module_graph_has_no_cycle():
     assert cycles == []
 
 
+def test_a_module_is_imported_under_its_own_name():
+    """Issue 39 item 1: `import birdjepa.models.artifact as export` read as another module; an
+    alias may only repeat the file's name (`import birdjepa.data.paths as paths`)."""
+    renamed = []
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                renamed += [f"{name}: import {a.name} as {a.asname}" for a in node.names
+                            if a.name.startswith("birdjepa") and a.asname
+                            and a.asname != a.name.rsplit(".", 1)[-1]]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("birdjepa"):
+                renamed += [f"{name}: from {node.module} import {a.name} as {a.asname}"
+                            for a in node.names if a.asname and a.asname != a.name]
+    assert renamed == []
+
+
 def test_no_birdjepa_import_inside_a_function_but_lazy_package_attributes():
     hidden = []
     for name, tree in modules().items():

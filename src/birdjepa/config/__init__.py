@@ -18,13 +18,13 @@ import typing
 import tomli_w
 
 import birdjepa._rs
-import birdjepa.config.architecture as model_cfg
+import birdjepa.config.architecture as architecture
 import birdjepa.config.bounds as bounds
-import birdjepa.config.cluster as distributed_cfg
+import birdjepa.config.cluster as cluster
 import birdjepa.config.command_line as command_line
 import birdjepa.config.keys as keys
-import birdjepa.config.losses as objectives_cfg
-import birdjepa.config.optimizer as optim_cfg
+import birdjepa.config.losses as losses
+import birdjepa.config.optimizer as optimizer
 import birdjepa.data.config
 import birdjepa.data.sources
 
@@ -79,10 +79,10 @@ class Config:
     """Run identifier; empty means a fresh timestamp id."""
     run_dir: str = ""
     """Output directory (config.toml, metrics.jsonl, plot); empty means runs/<run_id>."""
-    objective: objectives_cfg.ObjectiveConfig = objectives_cfg.ObjectiveConfig()
-    model: model_cfg.ModelConfig = model_cfg.ModelConfig()
+    objective: losses.ObjectiveConfig = losses.ObjectiveConfig()
+    model: architecture.ModelConfig = architecture.ModelConfig()
     data: DataConfig = DataConfig()
-    optim: optim_cfg.OptimConfig = optim_cfg.OptimConfig()
+    optim: optimizer.OptimConfig = optimizer.OptimConfig()
     eval_every: int = 200
     """Evaluate over the whole eval split every this many updates (and at the end); 0 = end only."""
     log_every: int = 10
@@ -100,7 +100,7 @@ class Config:
     rate schedule); "force" resumes despite a mismatch (n_steps too, as "extend"); "never" moves them
     aside to checkpoints.old-<time> and starts over; "extend" resumes with a new n_steps, the
     learning rate continuous (birdjepa.optim.extension_cap: it never jumps up)."""
-    distributed: distributed_cfg.DistributedConfig = distributed_cfg.DistributedConfig()
+    distributed: cluster.DistributedConfig = cluster.DistributedConfig()
     peak_tflops: float | None = None
     """Peak TFLOP/s of one device for the MFU in the metrics; None: from the device table in
     birdjepa.train.flops (H100/H200, A100, L40S; none on CPU, where MFU is not logged)."""
@@ -250,7 +250,7 @@ def finalize(cfg: Config) -> Config:
     """Resolve the model preset and check the config (`validate`); run_id/run_dir stay as given
     (birdjepa.runtime.rundir derives them)."""
     try:
-        model = model_cfg.resolve(cfg.model)
+        model = architecture.resolve(cfg.model)
         cfg = dataclasses.replace(cfg, model=model)
         if cfg.data.local_frames is None:  # derived from local_s: never padded, whole rows
             frames = bounds.local_frames(cfg.data, model.patch[0])
@@ -302,7 +302,7 @@ def validate(cfg: Config, *, n_devices: int | None = None, process_count: int = 
     _validate_optim(cfg)
     try:
         cfg.objective.check()
-        model_cfg.check_resolved(cfg.model)
+        architecture.check_resolved(cfg.model)
         bounds.check(cfg)
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -417,10 +417,10 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, typing.Any]:
     return out
 
 
-LEGACY = {**model_cfg.LEGACY, "data.resampler": birdjepa.data.config.LEGACY_RESAMPLER,
+LEGACY = {**architecture.LEGACY, "data.resampler": birdjepa.data.config.LEGACY_RESAMPLER,
           "objective.supervised.mix": 0.0}
 """Fields added after runs were saved, by the value their absence means (left out of the hash at
-it): the model fields of model_cfg.LEGACY, data.resampler (the legacy filter; an unset one in a
+it): the model fields of architecture.LEGACY, data.resampler (the legacy filter; an unset one in a
 new config is resolved by `with_resampler`) and objective.supervised.mix (off)."""
 
 
@@ -489,7 +489,7 @@ def config_diff(
     saved: dict, current: dict, *, ignore: typing.Iterable[str] = ()
 ) -> list[tuple[str, typing.Any, typing.Any]]:
     """The (key, saved value, current value) triples that differ, ignoring `ignore` prefixes.
-    A key of model_cfg.LEGACY missing on one side means its legacy value (an older config)."""
+    A key of architecture.LEGACY missing on one side means its legacy value (an older config)."""
     a, b = _with_legacy(flatten(saved)), _with_legacy(flatten(current))
     keys = sorted(set(a) | set(b))
     missing = "<missing>"

@@ -4,10 +4,10 @@ abort or hang at start-up. Plain data, no JAX; birdjepa.config.validate calls `c
 import math
 import os
 
-import birdjepa.config.losses as objectives_cfg
+import birdjepa.config.losses as losses
 import birdjepa.data.config
 
-require = objectives_cfg.require
+require = losses.require
 
 
 BATCHES_IN_FLIGHT = 6

@@ -30,7 +30,7 @@ import pathlib
 import re
 
 import birdjepa._rs
-import birdjepa.data.paths as data_paths
+import birdjepa.data.paths as paths
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
 RAVEN_LABELS = ("Species", "Annotation", "label")
@@ -123,9 +123,9 @@ def _number(found: Found, where: str, column: str, cell) -> float | None:
 def _audio(found: Found, stored: str, table: pathlib.Path, where: str, audio_dir: str,
            path_map) -> str | None:
     """The recording `stored` names (resolved), or None after a problem naming it."""
-    path = data_paths.resolve(stored, str(table.parent), audio_dir, path_map)
+    path = paths.resolve(stored, str(table.parent), audio_dir, path_map)
     if not os.path.isfile(path):
-        hint = ("--path_map OLD=NEW" if os.path.isabs(data_paths.map_path(stored, path_map))
+        hint = ("--path_map OLD=NEW" if os.path.isabs(paths.map_path(stored, path_map))
                 else "--audio_dir DIR")
         found.problem(f"{where}: audio file {path!r} does not exist (stored as {stored!r}; "
                       f"{hint} says where it is)")

@@ -27,6 +27,8 @@ With `process_count > 1`, `batch_size` is the global batch and each process gets
 batch at step `s`. See docs/issues/003-deterministic-loader/README.md for the design.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import hashlib
 import json
@@ -36,7 +38,7 @@ import time
 import warnings
 
 import birdjepa._rs
-import birdjepa.data.config as data_config
+import birdjepa.data.config
 import birdjepa.data.sources as sources
 
 STATE_VERSION = 1
@@ -121,16 +123,16 @@ def label_problem(label_range: dict | None, n_classes: int) -> str | None:
             f"{row} (labels span {lo}..{v})")
 
 
-def _make_config(config: data_config.LoaderConfig | None, settings: dict
-                 ) -> data_config.LoaderConfig:
-    names = {f.name for f in dataclasses.fields(data_config.LoaderConfig)}
+def _make_config(config: birdjepa.data.config.LoaderConfig | None, settings: dict
+                 ) -> birdjepa.data.config.LoaderConfig:
+    names = {f.name for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)}
     unknown = sorted(set(settings) - names)
     if unknown:
-        known = sorted(names | set(data_config.RUN_ARGS))
+        known = sorted(names | set(birdjepa.data.config.RUN_ARGS))
         raise TypeError(f"Loader got unexpected settings {unknown}; known: {known}")
     if config is not None and settings:
         return dataclasses.replace(config, **settings)
-    return config if config is not None else data_config.LoaderConfig(**settings)
+    return config if config is not None else birdjepa.data.config.LoaderConfig(**settings)
 
 
 class _OpenedShards:
@@ -147,13 +149,13 @@ class _OpenedShards:
         stream's config, fingerprint and the JSON the Rust core runs with. An unset
         `resampler` is resolved here: `state`'s (the stream it resumes), else the default."""
         cfg = _make_config(config, settings).check()
-        cfg = self.cfg = dataclasses.replace(cfg, resampler=data_config.resolve_resampler(cfg, state))
+        cfg = self.cfg = dataclasses.replace(cfg, resampler=birdjepa.data.config.resolve_resampler(cfg, state))
         self._check_run_args(mode, transform, batch_size, seed, n_classes)
         self.mode, self.batch_size, self.seed = mode, int(batch_size), int(seed)
         self.process_index, self.process_count = int(process_index), int(process_count)
         self.transform, self.debug_delay_s = transform, float(debug_delay_s)
-        self._open(shards, split, data_config.rust_json(
-            cfg, {**data_config.RUN_ARGS, "batch_size": self.batch_size, "mode": mode}))
+        self._open(shards, split, birdjepa.data.config.rust_json(
+            cfg, {**birdjepa.data.config.RUN_ARGS, "batch_size": self.batch_size, "mode": mode}))
         self.multilabel = bool(self._dataset.multilabel)
         self.class_names = (sources.class_names(self.paths, cfg.label_column, shards)
                             if cfg.label_column else None)
@@ -169,7 +171,7 @@ class _OpenedShards:
         self.fingerprint = hashlib.sha256(
             json.dumps(self.config, sort_keys=True).encode()
         ).hexdigest()[:16]
-        self._json = data_config.rust_json(cfg, {
+        self._json = birdjepa.data.config.rust_json(cfg, {
             **run, "process_index": self.process_index, "process_count": self.process_count,
             "n_classes": stream_classes, "debug_delay_s": self.debug_delay_s})
 
@@ -177,7 +179,7 @@ class _OpenedShards:
         """The run arguments Rust cannot word as well (the mode, the test-only transform,
         types); Rust checks the rest."""
         if mode not in ("train", "eval"):
-            raise data_config.bad_argument("mode", "'train' or 'eval'", repr(mode))
+            raise birdjepa.data.config.bad_argument("mode", "'train' or 'eval'", repr(mode))
         if transform not in ("audio", "debug"):  # Rust's words for the same check
             raise birdjepa._rs.BadArgumentError(
                 f'bad argument transform: expected "audio" or "debug", got "{transform}"')
@@ -186,8 +188,8 @@ class _OpenedShards:
                 f"bad argument transform: expected \"audio\", got {transform!r} (a test-only "
                 "transform: use birdjepa.data._DebugLoader)")
         for name, v in (("batch_size", batch_size), ("seed", seed), ("n_classes", n_classes)):
-            if not data_config._is_int(v) or v < 0:
-                raise data_config.bad_argument(name, "a non-negative int", repr(v))
+            if not birdjepa.data.config._is_int(v) or v < 0:
+                raise birdjepa.data.config.bad_argument(name, "a non-negative int", repr(v))
 
     def _open(self, shards, split, config_json: str) -> None:
         self.paths = resolve_shards(shards, split)
@@ -259,7 +261,7 @@ class Loader(_OpenedShards):
     def __init__(self, shards, *, batch_size: int, mode: str = "train", seed: int = 0,
                  process_index: int = 0, process_count: int = 1, n_classes: int = 0,
                  split: str | None = None, state: dict | None = None,
-                 config: data_config.LoaderConfig | None = None, transform: str = "audio",
+                 config: birdjepa.data.config.LoaderConfig | None = None, transform: str = "audio",
                  debug_delay_s: float = 0.0, **settings):
         self._core = None
         self._open_checked(shards, split, config, settings, mode=mode, transform=transform,
@@ -402,7 +404,7 @@ class _DebugLoader(Loader):
     _TEST_TRANSFORMS = ("debug",)
 
 
-def trial(shards, *, config: data_config.LoaderConfig, mode: str, batch_size: int,
+def trial(shards, *, config: birdjepa.data.config.LoaderConfig, mode: str, batch_size: int,
           n_classes: int = 0) -> dict:
     """Decode the first `config.failure_window` samples of `shards` as a run's `mode` loader
     does and judge them by `config.max_failure_fraction` (birdjepa.TooManyFailuresError, as the

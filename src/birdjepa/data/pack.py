@@ -41,10 +41,10 @@ import pyarrow as pa
 
 import birdjepa._rs
 import birdjepa.data.audio
-import birdjepa.data.config as data_config
+import birdjepa.data.config as config
 import birdjepa.data.ipc
 import birdjepa.data.pack_dst as pack_dst
-import birdjepa.data.paths as data_paths
+import birdjepa.data.paths as paths
 import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.outputs as outputs
 
@@ -89,7 +89,7 @@ class Source:
             data, stored = _audio_values(t.column(audio_column))
             d = os.path.dirname(os.path.abspath(f))
             for r, (b, p) in enumerate(zip(data, stored, strict=True)):
-                file = None if b else (p and data_paths.resolve(p, d, audio_root, path_map))
+                file = None if b else (p and paths.resolve(p, d, audio_root, path_map))
                 self.rows.append((i, r))
                 self.audio.append((b, p, file))
 
@@ -113,7 +113,7 @@ class Source:
             i, r = self.rows[k]
             where = f"{self.files[i]}: row {r}, column '{self.audio_column}'"
             try:
-                data_paths.check_file(file, max_audio_mb)
+                paths.check_file(file, max_audio_mb)
             except FileNotFoundError:
                 read_as = f", read as {file!r}" if file != p else ""
                 raise birdjepa._rs.DatasetError(
@@ -160,13 +160,13 @@ def plan(src: Source, shard_bytes: int) -> list[tuple[int, int]]:
 
 
 def _audio_array(src: Source, start: int, end: int,
-                 max_audio_mb: float = data_paths.MAX_AUDIO_MB,
+                 max_audio_mb: float = paths.MAX_AUDIO_MB,
                  recode: "birdjepa.data.audio.Recoder | None" = None) -> pa.StructArray:
     """The {bytes, path} audio of rows [start, end): each file read once, straight into one
     values buffer (no per-row bytes objects, no second copy; with `recode`, each recording
     re-encoded); a file is read only if it is a regular file within `max_audio_mb` once open
     (birdjepa.data.paths.open_regular)."""
-    parts, paths = [], []
+    parts, stored = [], []
     for k in range(start, end):
         b, p, file = src.audio[k]
         if not b and not file:
@@ -176,15 +176,15 @@ def _audio_array(src: Source, start: int, end: int,
         try:
             if recode is not None:  # the re-encoded bytes, not the file's
                 where = f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}"
-                parts.append(recode(b or data_paths.read_file(file, max_audio_mb), where))
+                parts.append(recode(b or paths.read_file(file, max_audio_mb), where))
             else:
-                parts.append(b if b else data_paths.open_regular(file, max_audio_mb))
+                parts.append(b if b else paths.open_regular(file, max_audio_mb))
         except BaseException:
             for x in parts:
                 if not isinstance(x, bytes):
                     x[0].close()
             raise
-        paths.append(p)
+        stored.append(p)
     sizes = np.array([len(x) if isinstance(x, bytes) else x[1] for x in parts], np.int64)
     parts = [x if isinstance(x, bytes) else x[0] for x in parts]
     offsets = np.zeros(len(parts) + 1, np.int64)
@@ -206,7 +206,7 @@ def _audio_array(src: Source, start: int, end: int,
             f"{offsets[-1]} bytes")
     blobs = pa.BinaryArray.from_buffers(pa.binary(), len(parts), [
         None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(values)])
-    return pa.StructArray.from_arrays([blobs, pa.array(paths, pa.string())],
+    return pa.StructArray.from_arrays([blobs, pa.array(stored, pa.string())],
                                       names=["bytes", "path"])
 
 
@@ -234,7 +234,7 @@ class Stopped(Exception):
 def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
                 progress=None, manifest: pack_dst.Manifest | None = None,
                 stop: threading.Event | None = None,
-                max_audio_mb: float = data_paths.MAX_AUDIO_MB,
+                max_audio_mb: float = paths.MAX_AUDIO_MB,
                 recode: "birdjepa.data.audio.Recoder | None" = None) -> int:
     """Rows [start, end) of `src` into `path` (via a temporary file, recorded in `manifest`,
     then renamed); raises Stopped once `stop` is set."""
@@ -260,7 +260,7 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
 
 
 def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
-               max_audio_mb: float = data_paths.MAX_AUDIO_MB,
+               max_audio_mb: float = paths.MAX_AUDIO_MB,
                recode: "birdjepa.data.audio.Recoder | None" = None) -> None:
     """Write the `todo` shards; the first failure cancels the queued ones, waits for the
     running ones, removes every temporary file, and is raised."""
@@ -308,7 +308,7 @@ def _finish(dst: str, names: list[str], schema: pa.Schema, n_rows: int) -> None:
 
 def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 4,
          audio_column: str = "audio", audio_root: str = "", path_map: dict | None = None,
-         progress: bool = True, max_audio_mb: float = data_paths.MAX_AUDIO_MB,
+         progress: bool = True, max_audio_mb: float = paths.MAX_AUDIO_MB,
          codec: str = "copy", sample_rate: int | None = None,
          resampler: str | None = None) -> dict:
     """Pack the Arrow `files` (`birdjepa.data.resolve_shards(...)`) into `dst`, the audio as it
@@ -324,9 +324,9 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
             f"bad argument codec, sample_rate: expected copy (no rate: the bytes are kept as "
             f"they are) or wav/flac with no rate or one in [1000, 384000] Hz, got {codec!r}, "
             f"{sample_rate}")
-    if resampler is not None and resampler not in data_config.RESAMPLERS:
+    if resampler is not None and resampler not in config.RESAMPLERS:
         raise birdjepa._rs.BadArgumentError(
-            f"bad argument resampler: expected one of {', '.join(data_config.RESAMPLERS)}, got "
+            f"bad argument resampler: expected one of {', '.join(config.RESAMPLERS)}, got "
             f"{resampler!r}")
     recode = None if codec == "copy" else birdjepa.data.audio.Recoder(codec, sample_rate)
     src = Source(files, audio_column, audio_root, path_map)
@@ -345,7 +345,7 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
         pack_dst.check_dst(files, dst, names)  # again, now that no other pack writes here
         if recode is not None and sample_rate is not None:
             recode.resampler = pack_dst.plan_resampler(dst, resampler)
-            if recode.resampler != data_config.LEGACY_RESAMPLER:  # old plans: the legacy one
+            if recode.resampler != config.LEGACY_RESAMPLER:  # old plans: the legacy one
                 want["resampler"] = recode.resampler
         pack_dst.check_plan(dst, want)
         outputs.write_json(os.path.join(dst, pack_dst.PLAN), want)
@@ -408,16 +408,16 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
                    help="directory relative audio paths start from")
     p.add_path_map()
     p.add_argument("--max_audio_mb", type=cli_args.converter(float),
-                   default=data_paths.MAX_AUDIO_MB, help="a path-only audio file "
+                   default=paths.MAX_AUDIO_MB, help="a path-only audio file "
                    "larger than this many MB is an error (only regular files are read at all)")
     p.add_argument("--split", default=None, help="the split of SRC to read, if it has several")
     p.add_argument("--codec", default="copy", choices=["copy", *birdjepa.data.audio.ENCODINGS],
                    help="copy the audio bytes, or re-encode each recording as 16-bit mono")
     p.add_argument("--sample_rate", type=cli_args.converter(int), default=None, help="with "
                    "--codec wav/flac: resample each recording to this rate (the model's) once")
-    p.add_argument("--resampler", default=None, choices=list(data_config.RESAMPLERS),
+    p.add_argument("--resampler", default=None, choices=list(config.RESAMPLERS),
                    help="with --sample_rate: the filter (default: a resumed pack's own, else "
-                   f"{data_config.DEFAULT_RESAMPLER}, soxr HQ's response)")
+                   f"{config.DEFAULT_RESAMPLER}, soxr HQ's response)")
     return p
 
 

@@ -9,7 +9,7 @@ import os
 import threading
 
 import birdjepa._rs
-import birdjepa.data.config as data_config
+import birdjepa.data.config as config
 import birdjepa.runtime.outputs as outputs
 
 PLAN = "pack-plan.json"
@@ -60,9 +60,9 @@ def plan_resampler(dst: str, resampler: str | None) -> str:
         return resampler
     path = os.path.join(dst, PLAN)
     if not os.path.exists(path):
-        return data_config.DEFAULT_RESAMPLER
+        return config.DEFAULT_RESAMPLER
     with open(path) as f:
-        return json.load(f).get("resampler", data_config.LEGACY_RESAMPLER)
+        return json.load(f).get("resampler", config.LEGACY_RESAMPLER)
 
 
 def check_plan(dst: str, want: dict) -> None:

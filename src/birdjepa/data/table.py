@@ -19,7 +19,7 @@ import pyarrow.compute
 import birdjepa
 import birdjepa.data
 import birdjepa.data.ipc
-import birdjepa.data.paths as data_paths
+import birdjepa.data.paths as paths
 import birdjepa.data.sources
 
 
@@ -42,8 +42,8 @@ def read(source, columns: list[str]) -> pa.Table:
         if missing:
             raise KeyError(f"expected columns {missing}, got only {source.column_names}")
         return source.select_columns(columns).with_format("arrow")[:]
-    paths = birdjepa.data.resolve_shards(source)
-    return pa.concat_tables([_read_shard(p, columns) for p in paths])
+    shards = birdjepa.data.resolve_shards(source)
+    return pa.concat_tables([_read_shard(p, columns) for p in shards])
 
 
 def column_names(source) -> list[str]:
@@ -94,20 +94,20 @@ def audio_bytes(table: pa.Table, column: str = "audio", base_dir: str = "", *,
                 audio_root: str = "", path_map: Mapping[str, str] | None = None) -> list:
     """The encoded audio of an HF Audio column (a struct of bytes and path), a binary column or a
     string column of paths, per row: bytes, or for a path-only row the file its stored path
-    names (`birdjepa.data.paths.resolve`: `path_map` applied, a relative path joined to
+    names (`paths.resolve`: `path_map` applied, a relative path joined to
     `audio_root`, else to `base_dir`, the shard's directory), or None."""
     col = table.column(column).combine_chunks()
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-        data, paths = [None] * len(col), col.to_pylist()
+        data, stored = [None] * len(col), col.to_pylist()
     elif pa.types.is_struct(col.type):
         data = col.field("bytes").to_pylist()
         has_path = col.type.get_field_index("path") >= 0
-        paths = col.field("path").to_pylist() if has_path else [None] * len(col)
+        stored = col.field("path").to_pylist() if has_path else [None] * len(col)
     else:
         return col.to_pylist()
-    return [b if b else (data_paths.resolve(p, base_dir, audio_root, path_map)
+    return [b if b else (paths.resolve(p, base_dir, audio_root, path_map)
                          if p else None)
-            for b, p in zip(data, paths, strict=True)]
+            for b, p in zip(data, stored, strict=True)]
 
 
 def read_audio(source, column: str = "audio", *, audio_root: str = "",
@@ -144,9 +144,9 @@ def _stored_paths(tbl: pa.Table, column: str) -> list[tuple[int, str]]:
 
 def check_audio_files(source, column: str = "audio", *, audio_root: str = "",
                       path_map: Mapping[str, str] | None = None,
-                      max_audio_mb: float = data_paths.MAX_AUDIO_MB) -> dict:
+                      max_audio_mb: float = paths.MAX_AUDIO_MB) -> dict:
     """Every path-only row's file, resolved as `read_audio` resolves it and checked as the
-    readers read it (`birdjepa.data.paths.check_file`: stat only, so a FIFO cannot block).
+    readers read it (`paths.check_file`: stat only, so a FIFO cannot block).
     Returns {"checked": path-only rows, "missing": [(where, stored, resolved)], "unusable":
     [(where, why)]}, `where` naming shard and row ("row i" for a datasets.Dataset)."""
     if is_dataset(source):
@@ -158,10 +158,10 @@ def check_audio_files(source, column: str = "audio", *, audio_root: str = "",
     for shard, base_dir, tbl in parts:
         for row, stored in _stored_paths(tbl, column):
             out["checked"] += 1
-            path = data_paths.resolve(stored, base_dir, audio_root, path_map)
+            path = paths.resolve(stored, base_dir, audio_root, path_map)
             where = f"{shard}: row {row}" if shard else f"row {row}"
             try:
-                data_paths.check_file(path, max_audio_mb)
+                paths.check_file(path, max_audio_mb)
             except OSError:
                 out["missing"].append((where, stored, path))
             except birdjepa.DatasetError as e:

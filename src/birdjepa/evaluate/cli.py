@@ -47,3 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except (birdjepa.config.ConfigError, FileNotFoundError, KeyError, birdjepa.Error) as e:
         return cli_args.fail(e)  # data errors included
     return 0
+
+
+def entry() -> int:
+    """The `birdjepa-evaluate` script ([project.scripts]): `python -m birdjepa.evaluate`."""
+    quiet_orbax()
+    return main()

@@ -15,7 +15,7 @@ import typing
 
 import birdjepa.config
 import birdjepa.data.config
-import birdjepa.evaluate.probes as probe_lib
+import birdjepa.evaluate.probes
 
 MIN_HOP_S = 0.01
 """The shortest window hop: one 10 ms fbank frame (a shorter one repeats windows, and at one
@@ -97,7 +97,7 @@ class EvalConfig:
     pool: typing.Literal["encoder", "cls", "mean"] = "encoder"
     """Pooled embedding of the linear and kNN probes: the encoder's own (model.pool), CLS, or
     patch mean."""
-    probes: tuple[str, ...] = probe_lib.KINDS
+    probes: tuple[str, ...] = birdjepa.evaluate.probes.KINDS
     """Probes to train: linear, attentive, prototypical, knn."""
     shots: tuple[int, ...] = (1, 5, 0)
     """Training recordings per class; 0 means all of them."""
@@ -110,7 +110,7 @@ class EvalConfig:
     """Bootstrap resamples of the test segments for the 95 % intervals."""
     format: typing.Literal["text", "markdown"] = "text"
     """Console tables as aligned text or as Markdown (results.md is written either way)."""
-    probe: probe_lib.ProbeConfig = probe_lib.ProbeConfig()
+    probe: birdjepa.evaluate.probes.ProbeConfig = birdjepa.evaluate.probes.ProbeConfig()
     batch_size: int = 64
     """Encoder batch when embedding."""
     n_workers: int = 2
@@ -191,7 +191,7 @@ def _finite(x) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-def validate_probe(p: probe_lib.ProbeConfig) -> None:
+def validate_probe(p: birdjepa.evaluate.probes.ProbeConfig) -> None:
     """The probe recipe's bounds (what its math needs), one ConfigError naming the key."""
     _need(_finite(p.lr) and p.lr > 0, "probe.lr", "a finite number > 0", p.lr)
     _need(_finite(p.weight_decay) and p.weight_decay >= 0, "probe.weight_decay",
@@ -220,8 +220,8 @@ def validate(cfg: EvalConfig) -> None:
     and encoders are checked by birdjepa.evaluate.checks before anything is embedded)."""
     _need(cfg.encoders or cfg.random, "encoders", "at least one run directory (or random)",
           cfg.encoders)
-    _need(all(p in probe_lib.KINDS for p in cfg.probes), "probes",
-          f"values in {probe_lib.KINDS}", cfg.probes)
+    _need(all(p in birdjepa.evaluate.probes.KINDS for p in cfg.probes), "probes",
+          f"values in {birdjepa.evaluate.probes.KINDS}", cfg.probes)
     _need(len(set(cfg.probes)) == len(cfg.probes), "probes", "no repeats", cfg.probes)
     _need(cfg.shots and all(k >= 0 for k in cfg.shots), "shots", "ints >= 0 (0: all)",
           cfg.shots)

@@ -36,7 +36,7 @@ import birdjepa.evaluate.report as report
 import birdjepa.evaluate.results as results
 import birdjepa.models
 import birdjepa.models.artifact
-import birdjepa.models.inference as embed
+import birdjepa.models.inference as inference
 import birdjepa.params
 import birdjepa.runtime.integrity
 import birdjepa.runtime.outputs as outputs
@@ -178,7 +178,7 @@ def check_encoder(enc: Encoder) -> None:
     """The encoder runs on one abstract (1, n_frames, n_mels) batch (no compute) and gives a
     (1, d) pooled embedding and (1, patches, d) tokens; a ConfigError line otherwise."""
     try:
-        _, n_frames, n_mels = embed.load(enc.model)
+        _, n_frames, n_mels = inference.load(enc.model)
         x = jax.ShapeDtypeStruct((1, n_frames, n_mels), jnp.float32)
         out = eqx.filter_eval_shape(enc.model, x)
         pooled, patches = tuple(out.pooled_bd.shape), tuple(out.patches_bnd.shape)

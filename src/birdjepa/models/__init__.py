@@ -9,14 +9,14 @@ import os
 
 import birdjepa.config
 import birdjepa.model
-import birdjepa.models.artifact as _export
+import birdjepa.models.artifact as artifact
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.runtime.rundir
 
 ConversionError = bird_mae.ConversionError
-Model = _export.Model
-load_export = _export.load_export
-open_model = _export.open_model
+Model = artifact.Model
+load_export = artifact.load_export
+open_model = artifact.open_model
 IMPORTED = tuple(bird_mae.PRESETS)
 """Names `load` takes: published architectures whose weights the user downloads."""
 
@@ -47,10 +47,10 @@ def _open(path: str | os.PathLike, step: int | None) -> Model:
     """The model at `path`; `step` picks a run's checkpoint, and must be the one an export
     holds (an export holds one)."""
     if step is None:
-        return _export.open_model(path)
+        return artifact.open_model(path)
     if birdjepa.runtime.rundir.is_run_dir(path):
-        return _export.from_run(path, step=step)
-    m = _export.open_model(path)
+        return artifact.from_run(path, step=step)
+    m = artifact.open_model(path)
     if m.info.get("step") != step:
         raise ValueError(f"step: expected the step {str(path)!r} holds ({m.info.get('step')}; "
                          f"an export or imported model holds one), got {step}")

@@ -38,7 +38,7 @@ import birdjepa.model
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.card as card
 import birdjepa.models.onnx_export as onnx_export
-import birdjepa.models.safetensors as st
+import birdjepa.models.safetensors as safetensors
 import birdjepa.objectives.probe
 import birdjepa.params
 import birdjepa.runtime.checkpoint
@@ -241,9 +241,9 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
             **m.info}
     with contextlib.ExitStack() as files:  # every file written before any is renamed in
         tmp = {n: files.enter_context(outputs.replacing(out / n)) for n in FILES}
-        st.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.encoder).items()},
+        safetensors.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.encoder).items()},
                 tmp["encoder.safetensors"], {"format": FORMAT})
-        st.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.head).items()},
+        safetensors.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.head).items()},
                 tmp["head.safetensors"], {"format": FORMAT, "kind": m.head_kind})
         tmp["config.json"].write_text(json.dumps(meta, indent=1, default=str) + "\n")
         tmp["README.md"].write_text(card.render(meta, run_dir))
@@ -276,8 +276,8 @@ def load_export(out_dir: str | os.PathLike) -> Model:
     a = input_settings(meta["audio"], str(out / "config.json"))
     skel = eqx.filter_eval_shape(lambda: birdjepa.model.ViT(
         mcfg, n_frames=a["n_frames"], n_mels=a["n_mels"], key=jax.random.key(0)))
-    arrays = st.load(out / "encoder.safetensors")[0]
-    st.check_weights(arrays, str(out / "encoder.safetensors"))
+    arrays = safetensors.load(out / "encoder.safetensors")[0]
+    safetensors.check_weights(arrays, str(out / "encoder.safetensors"))
     enc = bird_mae.fill(skel, arrays)
     head, kind, classes = None, meta["head"]["kind"], meta["head"]["classes"]
     if kind and (out / "head.safetensors").is_file():
@@ -285,8 +285,8 @@ def load_export(out_dir: str | os.PathLike) -> Model:
         make = (lambda: birdjepa.model.Linear(mcfg.width, n, key=jax.random.key(0))) \
             if kind == "supervised" else \
             (lambda: birdjepa.objectives.probe.init(mcfg.width, n, key=jax.random.key(0)))
-        arrays = st.load(out / "head.safetensors")[0]
-        st.check_weights(arrays, str(out / "head.safetensors"))
+        arrays = safetensors.load(out / "head.safetensors")[0]
+        safetensors.check_weights(arrays, str(out / "head.safetensors"))
         head = bird_mae.fill(eqx.filter_eval_shape(make), arrays)
     info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary", "forced")}
     return Model(enc, a, classes, head, kind, str(out), info,

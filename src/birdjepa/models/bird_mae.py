@@ -1,8 +1,8 @@
 """Bird-MAE (Rauch et al. 2025, "Can Masked Autoencoders Also Listen to Birds?") into our ViT.
 
-The published encoders (Hugging Face `DBD-research-group/Bird-MAE-{Base,Large}`; see the
-README's "Use Bird-MAE") are timm-style ViTs on a (512 frames, 128 mel) Kaldi fbank at 32 kHz,
-normalised as (x + 7.2) / (2 * 4.43), the transform our loader computes. Their state dict (an
+The published encoders (Hugging Face `DBD-research-group/Bird-MAE-{Base,Large}`; see
+docs/guides/models.md, "Use Bird-MAE") are timm-style ViTs on a (512 frames, 128 mel) Kaldi
+fbank at 32 kHz, normalised as (x + 7.2) / (2 * 4.43), the transform our loader computes. Their state dict (an
 optional leading "model." is dropped) maps onto `birdjepa.model.ViT` as follows, D = width,
 torch Linear weights being (out, in) and ours (in, out):
 
@@ -41,7 +41,7 @@ import numpy as np
 import birdjepa.config.architecture
 import birdjepa.data
 import birdjepa.model
-import birdjepa.models.safetensors as st
+import birdjepa.models.safetensors as safetensors
 
 PRESETS = {"bird-mae-base": "bird-mae-base", "bird-mae-large": "bird-mae-large",
            "bird-mae-huge": "bird-mae-huge"}
@@ -69,7 +69,7 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
     refused with the one-line conversion (torch is not a dependency)."""
     path = pathlib.Path(path)
     if path.is_dir():
-        raise st.FormatError(f"{path}: expected a .safetensors file, got a directory")
+        raise safetensors.FormatError(f"{path}: expected a .safetensors file, got a directory")
     if not path.is_file():
         raise FileNotFoundError(f"weights: expected a .safetensors file, got {str(path)!r}, "
                                 "which does not exist")
@@ -77,9 +77,9 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
         magic = f.read(2)
     try:
         if magic == b"PK":  # torch.save's zip archive
-            raise st.FormatError("zip")
-        return st.load(path)[0]
-    except st.FormatError:
+            raise safetensors.FormatError("zip")
+        return safetensors.load(path)[0]
+    except safetensors.FormatError:
         if magic != b"PK" and not (magic[:1] == b"\x80" and magic[1:] in b"\x02\x03\x04\x05"):
             raise
     raise ConversionError(
@@ -138,7 +138,7 @@ def convert(sd: dict[str, np.ndarray], preset: str = "bird-mae-base", *, n_frame
     (pt, pm), d = base.patch, base.width
     grid = (n_frames // pt, n_mels // pm)
     sd = check(sd, base, grid[0] * grid[1], f"{what} as {preset}")
-    st.check_weights(sd, what)
+    safetensors.check_weights(sd, what)
     f32 = {k: np.asarray(v, np.float32) for k, v in sd.items()}
     table = f32["pos_embed"][0, 1:]
     sincos = np.allclose(table, birdjepa.model.sincos_2d(grid, d), atol=SINCOS_ATOL, rtol=0)

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pyarrow as pa
 
-import birdjepa.models.artifact as export
+import birdjepa.models.artifact as artifact
 import birdjepa.models.raven as raven
-import birdjepa.models.recordings as runner
+import birdjepa.models.recordings as recordings
 import birdjepa.runtime.cli_args as cli_args
 
 SUFFIXES = (".csv", ".parquet", ".npz")
@@ -34,7 +34,7 @@ class_index). CSV (.csv), parquet (.parquet) or npz (.npz)."""
 def parser() -> cli_args.Parser:
     """Every option of `python -m birdjepa.predict`, in one place."""
     p = cli_args.Parser("python -m birdjepa.predict", DESCRIPTION)
-    runner.add_common(p, out_required=False)
+    recordings.add_common(p, out_required=False)
     p.add_argument("--min_conf", type=cli_args.converter(float), default=0.1,
                    help="smallest confidence written, in [0, 1]")
     p.add_argument("--top_k", type=cli_args.converter(int), default=3,
@@ -54,23 +54,23 @@ def parser() -> cli_args.Parser:
     return p
 
 
-def probabilities(m: export.Model, src: runner.Source, args) -> tuple[dict, np.ndarray]:
+def probabilities(m: artifact.Model, src: recordings.Source, args) -> tuple[dict, np.ndarray]:
     """(where columns of every window, (windows, classes) probabilities)."""
     if m.head is None:
         raise ValueError(f"MODEL {m.source!r} has no class head (an imported encoder): train a "
                          "supervised or probe run on it (init_encoder) and predict with that run")
-    w = runner.windows(m, args)
+    w = recordings.windows(m, args)
     pool = m.encoder.cfg.pool
     durations: dict[int, float] = {}
-    out = runner.encode(m, src, w, (pool,), batch_size=args.batch_size,
+    out = recordings.encode(m, src, w, (pool,), batch_size=args.batch_size,
                         n_workers=args.n_workers, audio_column=args.audio_column,
                         progress=not args.quiet, durations=durations,
-                        settings=runner.files(args))
+                        settings=recordings.files(args))
     emb = jnp.asarray(out[pool].reshape(len(out["row"]), -1))
     logits = np.asarray(eqx.filter_jit(lambda h, x: h(x))(m.head, emb))
     kind = m.activation if args.activation == "auto" else args.activation
     probs = jax.nn.softmax(logits, axis=-1) if kind == "softmax" else jax.nn.sigmoid(logits)
-    return runner.where(src, out, w, durations), np.asarray(probs)
+    return recordings.where(src, out, w, durations), np.asarray(probs)
 
 
 def detections(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: float,
@@ -95,8 +95,8 @@ def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
         raise ValueError("--out: expected one output, --out FILE or (with --format raven) "
                          f"--out_dir DIR, got --out {args.out} --out_dir {args.out_dir}")
     if args.out_dir is not None:
-        runner.check_out(pathlib.Path(args.out_dir) / "x.txt", (".txt",), "--out_dir")
-    runner.check_args(args, (".txt",) if args.format == "raven" else SUFFIXES)
+        recordings.check_out(pathlib.Path(args.out_dir) / "x.txt", (".txt",), "--out_dir")
+    recordings.check_args(args, (".txt",) if args.format == "raven" else SUFFIXES)
     if args.top_k < 1:
         raise ValueError(f"--top_k: expected an integer >= 1, got {args.top_k}")
     if not 0.0 <= args.min_conf <= 1.0:
@@ -120,27 +120,27 @@ def predict(model, source, *, window_s: float | None = None, hop_s: float | None
                               out=None, out_dir=None, format="table", audio_root=audio_root,
                               path_map=path_map)
     check_args(args, out_required=False)
-    m = model if isinstance(model, export.Model) else export.open_model(model)
-    src = runner.resolve([str(s) for s in (source if isinstance(source, list | tuple)
+    m = model if isinstance(model, artifact.Model) else artifact.open_model(model)
+    src = recordings.resolve([str(s) for s in (source if isinstance(source, list | tuple)
                                            else [source])], audio_column)
-    runner.check_files(src, audio_column, runner.files(args))
+    recordings.check_files(src, audio_column, recordings.files(args))
     where, probs = probabilities(m, src, args)
     return detections(where, probs, m.classes, min_conf=min_conf, top_k=top_k)
 
 
 def run(args: argparse.Namespace) -> dict:
     check_args(args)
-    src = runner.resolve(args.source, args.audio_column)
-    runner.check_files(src, args.audio_column, runner.files(args))
+    src = recordings.resolve(args.source, args.audio_column)
+    recordings.check_files(src, args.audio_column, recordings.files(args))
     if args.format == "raven" and src.files is None:
         raise ValueError("--format raven: expected audio files as SOURCE (Raven Pro opens "
                          f"files), got the table {args.source[0]!r}")
     if args.format == "raven":
         raven.check_paths(src.files)
     for name in raven.names(sorted(src.files)).values() if args.out_dir is not None else ():
-        runner.check_out(pathlib.Path(args.out_dir) / f"{name}.selections.txt", (".txt",),
+        recordings.check_out(pathlib.Path(args.out_dir) / f"{name}.selections.txt", (".txt",),
                          "--out_dir", args.overwrite)  # each table, before any compute
-    m = export.open_model(args.model)
+    m = artifact.open_model(args.model)
     where, probs = probabilities(m, src, args)
     cols = detections(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
     if args.format == "raven" and args.out_dir is not None:
@@ -151,9 +151,9 @@ def run(args: argparse.Namespace) -> dict:
                              strict=True))
         raven.write_combined(cols, args.out, m.audio["sample_rate"], durations)
     else:
-        runner.write(cols, args.out)
+        recordings.write(cols, args.out)
     return cols
 
 
 def main(argv: list[str] | None = None) -> int:
-    return runner.cli_main(parser(), run, argv, "detections")
+    return recordings.cli_main(parser(), run, argv, "detections")

@@ -3,8 +3,8 @@ every recording, one row per window (see `main --help`)."""
 
 import argparse
 
-import birdjepa.models.artifact as export
-import birdjepa.models.recordings as runner
+import birdjepa.models.artifact as artifact
+import birdjepa.models.recordings as recordings
 import birdjepa.runtime.cli_args as cli_args
 
 SUFFIXES = (".parquet", ".npz")
@@ -22,7 +22,7 @@ rate and time left goes to stderr."""
 def parser() -> cli_args.Parser:
     """Every option of `python -m birdjepa.embed`, in one place."""
     p = cli_args.Parser("python -m birdjepa.embed", DESCRIPTION)
-    runner.add_common(p)
+    recordings.add_common(p)
     p.add_list("pool", choices=("cls", "mean"), default=None,
                help="pooled embedding(s) to write as emb_<pool> (repeat for both; default: the "
                "model's own pooling)")
@@ -33,28 +33,28 @@ def parser() -> cli_args.Parser:
 
 def run(args: argparse.Namespace) -> dict:
     """Embed as the command line does; returns the output columns (what was written)."""
-    runner.check_args(args, SUFFIXES)
-    m = export.open_model(args.model)
-    src = runner.resolve(args.source, args.audio_column)
-    runner.check_files(src, args.audio_column, runner.files(args))
-    w = runner.windows(m, args)
+    recordings.check_args(args, SUFFIXES)
+    m = artifact.open_model(args.model)
+    src = recordings.resolve(args.source, args.audio_column)
+    recordings.check_files(src, args.audio_column, recordings.files(args))
+    w = recordings.windows(m, args)
     pools = tuple(dict.fromkeys(args.pool or [m.encoder.cfg.pool]))
     durations: dict[int, float] = {}
-    out = runner.encode(m, src, w, pools + (("patches",) if args.patches else ()),
+    out = recordings.encode(m, src, w, pools + (("patches",) if args.patches else ()),
                         batch_size=args.batch_size, n_workers=args.n_workers,
                         audio_column=args.audio_column, progress=not args.quiet,
-                        durations=durations, settings=runner.files(args))
-    cols = runner.where(src, out, w, durations)
+                        durations=durations, settings=recordings.files(args))
+    cols = recordings.where(src, out, w, durations)
     for p in pools:
-        cols[f"emb_{p}"] = runner.vectors(out[p].reshape(len(out["row"]), -1))
+        cols[f"emb_{p}"] = recordings.vectors(out[p].reshape(len(out["row"]), -1))
     if args.patches:
-        cols["patches"] = runner.vectors(out["patches"])
-    runner.write(cols, args.out)
+        cols["patches"] = recordings.vectors(out["patches"])
+    recordings.write(cols, args.out)
     return cols
 
 
 def main(argv: list[str] | None = None) -> int:
-    return runner.cli_main(parser(), run, argv, "windows")
+    return recordings.cli_main(parser(), run, argv, "windows")
 
 
 

@@ -24,10 +24,10 @@ import tqdm
 import birdjepa
 import birdjepa.data.paths
 import birdjepa.data.table as table
-import birdjepa.models.artifact as export
+import birdjepa.models.artifact as artifact
 import birdjepa.models.columns as columns
 import birdjepa.models.failures
-import birdjepa.models.inference as embed
+import birdjepa.models.inference as inference
 import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.outputs as outputs
 
@@ -138,9 +138,9 @@ def add_common(p: cli_args.Parser, *, window_s: float | None = None, out_require
     p.add_flag("quiet", "no progress bar on stderr")
 
 
-def windows(m: export.Model, args) -> embed.Windows:
-    """The model's input settings (embed.Windows.for_model) with the command line's windows."""
-    return embed.Windows.for_model(m.audio, window_s=args.window_s, hop_s=args.hop_s,
+def windows(m: artifact.Model, args) -> inference.Windows:
+    """The model's input settings (inference.Windows.for_model) with the command line's windows."""
+    return inference.Windows.for_model(m.audio, window_s=args.window_s, hop_s=args.hop_s,
                                    centre=args.centre)
 
 
@@ -193,7 +193,7 @@ def check_files(src: Source, audio_column: str, settings: dict) -> None:
                      f"{src.shards!r} can be read ({len(got['missing'])} missing): {why}")
 
 
-def encode(m: export.Model, src: Source, w: embed.Windows, pools: tuple[str, ...], *,
+def encode(m: artifact.Model, src: Source, w: inference.Windows, pools: tuple[str, ...], *,
            batch_size: int = 64, n_workers: int = 2, audio_column: str = "audio",
            progress: bool = True, durations: dict | None = None,
            settings: dict | None = None) -> dict[str, np.ndarray]:
@@ -201,19 +201,19 @@ def encode(m: export.Model, src: Source, w: embed.Windows, pools: tuple[str, ...
     `durations` (row -> seconds) is filled; `settings`: `files(args)`. Recordings that fail
     are counted skips, summed up by kind in one warning at the end (all failing: an error)."""
     failures = birdjepa.models.failures.Failures(what="SOURCE")
-    batches = embed.features(src.data, w, batch_size=batch_size, audio_column=audio_column,
+    batches = inference.features(src.data, w, batch_size=batch_size, audio_column=audio_column,
                              n_workers=n_workers, engine="clip", durations=durations,
                              failures=failures, **(settings or files(None)))
     bar = Progress(len(src), progress)
     try:
-        out = embed.encode(m.encoder, batches, pools, batch_size=batch_size, progress=bar)
+        out = inference.encode(m.encoder, batches, pools, batch_size=batch_size, progress=bar)
     finally:
         bar.close()
     failures.report()
     return out
 
 
-def where(src: Source, out: dict[str, np.ndarray], w: embed.Windows,
+def where(src: Source, out: dict[str, np.ndarray], w: inference.Windows,
           durations: dict[int, float]) -> dict[str, pa.Array]:
     """Columns saying where each window comes from: file or row (+ the table's columns),
     start_s, end_s (never past the recording's end), duration_s (the recording's) and padded_s

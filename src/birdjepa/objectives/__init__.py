@@ -10,19 +10,19 @@ import types
 import typing
 
 import birdjepa.config.losses
-import birdjepa.objectives.lejepa as _lejepa
-import birdjepa.objectives.mae as _mae
-import birdjepa.objectives.probe_only as _probe_only
-import birdjepa.objectives.supervised as _supervised
+import birdjepa.objectives.lejepa as lejepa
+import birdjepa.objectives.mae as mae
+import birdjepa.objectives.probe_only as probe_only
+import birdjepa.objectives.supervised as supervised
 
 ObjectiveConfig = birdjepa.config.losses.ObjectiveConfig
 
 
 MODULES: dict[str, types.ModuleType] = {
-    "supervised": _supervised,
-    "lejepa": _lejepa,
-    "mae": _mae,
-    "probe_only": _probe_only,
+    "supervised": supervised,
+    "lejepa": lejepa,
+    "mae": mae,
+    "probe_only": probe_only,
 }
 
 

@@ -19,7 +19,7 @@ from jaxtyping import Array, Float
 
 import birdjepa.config.losses
 import birdjepa.model
-import birdjepa.objectives.augment as aug
+import birdjepa.objectives.augment as augment
 import birdjepa.objectives.common as common
 
 LeJEPAConfig = birdjepa.config.losses.LeJEPAConfig
@@ -103,13 +103,13 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
     if v < 2:
         raise ValueError(f"objective 'lejepa' needs data.n_views >= 2, got {v} view(s)")
     clean = views
-    views = aug.augment_views(cfg.augment, views, key=jax.random.fold_in(key, 1))
+    views = augment.augment_views(cfg.augment, views, key=jax.random.fold_in(key, 1))
     emb = encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd
     w_b = common.weights(batch, b)
     z_vbk = heads(emb, common.tile_views(w_b, v)).reshape(v, b, -1)
     center_bk = z_vbk.mean(0)
     if "local" in batch:  # multi-crop: own forward (shorter token grid) and projector statistics
-        local = aug.augment_views(cfg.augment, batch["local"], key=jax.random.fold_in(key, 2))
+        local = augment.augment_views(cfg.augment, batch["local"], key=jax.random.fold_in(key, 2))
         n_l = local.shape[0]
         emb_l = encoder(local.reshape(n_l * b, *local.shape[2:])).pooled_bd
         z_l = heads(emb_l, common.tile_views(w_b, n_l)).reshape(n_l, b, -1)

@@ -83,3 +83,8 @@ def exit_with(code: int) -> typing.NoReturn:
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+def entry() -> typing.NoReturn:
+    """The `birdjepa-pretrain` script ([project.scripts]): `python -m birdjepa.pretrain`."""
+    exit_with(main(sys.argv[1:], prog="birdjepa-pretrain"))
