@@ -169,3 +169,23 @@ def test_every_parser_is_cli_args():
     bare = [str(f.relative_to(ROOT)) for f in files
             if f != own and "argparse.ArgumentParser(" in f.read_text()]
     assert not bare, bare
+
+
+def test_each_command_is_also_an_installed_script():
+    """Issue 39 item 1: `[project.scripts]` gives each `python -m birdjepa.X` a script of the
+    same behaviour; `make test` installs them (maturin develop) into this interpreter's bin."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert sorted(scripts) == sorted(f"birdjepa-{c}" for c in (
+        "pretrain", "evaluate", "embed", "predict", "export", "sources", "launch", "demo-data"))
+    for target in scripts.values():
+        module, _, name = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), name)), target
+    bindir = pathlib.Path(sys.executable).parent
+    for script, module in (("birdjepa-embed", "birdjepa.embed"),
+                           ("birdjepa-pretrain", "birdjepa.pretrain")):
+        r = subprocess.run([str(bindir / script), "--help"], capture_output=True, text=True,
+                           timeout=240, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        assert option_helps(r.stdout).keys() == option_helps(run(module, "--help").stdout).keys()
