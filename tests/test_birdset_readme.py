@@ -1,5 +1,6 @@
-"""README "Train on BirdSet": its commands run as written on the BirdSet-layout demo (a few
-speed overrides appended: 2 steps of a debug-size model, one probe epoch)."""
+"""The BirdSet guide's "Train on BirdSet" (docs/guides/birdset.md, linked from the README): its
+commands run as written on the BirdSet-layout demo (a few speed overrides appended: 2 steps of a
+debug-size model, one probe epoch)."""
 
 import json
 import pathlib
@@ -14,6 +15,7 @@ import resume_helpers
 import birdjepa.demo_data.birdset as birdset
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "guides" / "birdset.md"
 FAST = {
     "birdjepa.pretrain": ["--n_steps=2", "--batch_size=8", "--model.preset=debug",
                           "--model.compute_dtype=float32", "--data.n_workers=1", "--eval_every=0",
@@ -26,7 +28,8 @@ FAST = {
 
 
 def readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    """The `python -m` lines of the guide's "Train on BirdSet" shell block."""
+    text = GUIDE.read_text()
     section = text.split("## Train on BirdSet", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
     return [line for line in block.splitlines() if line.startswith("python -m ")]
