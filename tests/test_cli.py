@@ -1,4 +1,4 @@
-"""Every command a user can run speaks one voice (birdjepa.runtime.cli_args): `--help` exits 0,
+"""Every command a user can run speaks one voice (birdjepa.common.cli_args): `--help` exits 0,
 names the module, gives every option a sentence and spells booleans `--flag` / `--no_flag`
 (never tyro's `{True,False}`); a bad value, an unknown option or a bad choice is one line
 `error: ...` on stderr and exit status 2, without a traceback."""
@@ -13,8 +13,8 @@ import sys
 import pytest
 
 import benchmarks.__main__
+import birdjepa.common.cli_args as cli_args
 import birdjepa.config
-import birdjepa.runtime.cli_args as cli_args
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMANDS = [
@@ -163,8 +163,8 @@ def test_fail_is_one_line(capsys):
 
 def test_every_parser_is_cli_args():
     """No command builds a bare argparse parser (its errors and lists would speak another
-    voice): only birdjepa.runtime.cli_args does."""
-    own = ROOT / "src/birdjepa/runtime/cli_args.py"
+    voice): only birdjepa.common.cli_args does."""
+    own = ROOT / "src/birdjepa/common/cli_args.py"
     files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
     bare = [str(f.relative_to(ROOT)) for f in files
             if f != own and "argparse.ArgumentParser(" in f.read_text()]

@@ -263,10 +263,10 @@ class _InlineExecutor:
 
 
 def test_flags_use_underscores_and_accept_dashes():
+    import birdjepa.common.cli_args
     import birdjepa.config
-    import birdjepa.runtime.cli_args
 
-    assert birdjepa.runtime.cli_args.flags(["--n-steps=4", "--slurm.tasks-per-node", "2", "--dry-run",
+    assert birdjepa.common.cli_args.flags(["--n-steps=4", "--slurm.tasks-per-node", "2", "--dry-run",
                                   "--run_dir=a-b", "-h", "x-y"]) == [
         "--n_steps=4", "--slurm.tasks_per_node", "2", "--dry_run", "--run_dir=a-b", "-h", "x-y"]
     cfg = birdjepa.config.cli(["--n-steps=7", "--data.view-window-s=6", "--n_classes=3"])

@@ -89,6 +89,58 @@ def test_module_graph_has_no_cycle():
     assert cycles == []
 
 
+def test_package_graph_has_no_cycle():
+    """Issue 39 item 3: packages import in one direction (config and data imported runtime for
+    cli_args, and runtime imported them back). Nodes: each subpackage, and each module of the
+    root (the root holds modules of several floors, each one a node)."""
+    mods = modules()
+
+    def node(m: str) -> str:
+        parts = m.split(".")
+        is_pkg = len(parts) >= 2 and (SRC / "birdjepa" / parts[1]).is_dir()
+        return "birdjepa." + parts[1] if is_pkg else m
+
+    graph: dict[str, set[str]] = {}
+    for m, tree in mods.items():
+        for d in top_level_deps(m, tree, set(mods)):
+            if node(d) != node(m):
+                graph.setdefault(node(m), set()).add(node(d))
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(u, path):
+        state[u] = 1
+        for v in sorted(graph.get(u, ())):
+            if state.get(v) == 1:
+                cycles.append(path[path.index(v):] + [v])
+            elif v not in state:
+                visit(v, path + [v])
+        state[u] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []
+    assert graph.get("birdjepa.common", set()) == set()  # the leaf: imports no other package
+
+
+def test_exceptions_are_imported_from_their_module():
+    """Issue 39 item 3: low layers raised `birdjepa.X` (the package root, whose facade reaches
+    into models) and `birdjepa._rs.X`; they import birdjepa.common.errors."""
+    import birdjepa.common.errors as errors
+
+    found = []
+    for name, tree in modules().items():
+        if name in ("birdjepa", "birdjepa.common.errors"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in errors.NAMES:
+                base = ast.unparse(node.value)
+                if base in ("birdjepa", "birdjepa._rs"):
+                    found.append(f"{name}: {base}.{node.attr}")
+    assert found == []
+
+
 def test_a_module_is_imported_under_its_own_name():
     """Issue 39 item 1: `import birdjepa.models.artifact as export` read as another module; an
     alias may only repeat the file's name (`import birdjepa.data.paths as paths`)."""

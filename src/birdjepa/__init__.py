@@ -1,7 +1,8 @@
 """birdjepa: JAX pretraining for bioacoustics with a Rust audio loader.
 
-The exception classes live in the Rust extension, all beneath `birdjepa.Error`; they are loaded
-on first access so that `import birdjepa.model` does not need the extension. `load_encoder`
+The exception classes (birdjepa.common.errors, defined by the Rust extension, all beneath
+`birdjepa.Error`) are loaded on first access so that `import birdjepa.model` does not need the
+extension; the package's own modules import them from birdjepa.common.errors. `load_encoder`
 (birdjepa.models: a run directory, an export directory or "bird-mae-base:WEIGHTS") and `embed`
 (birdjepa.models.inference) are loaded on first access too, so that `import birdjepa` does not
 import JAX. `import birdjepa.embed` (the command line's module) rebinds `birdjepa.embed` to that
@@ -28,9 +29,9 @@ __all__ = [*_EXCEPTIONS, "__version__", "embed", "load_encoder", "predict"]
 
 def __getattr__(name: str):
     if name in _EXCEPTIONS:
-        import birdjepa._rs
+        import birdjepa.common.errors
 
-        return getattr(birdjepa._rs, name)
+        return getattr(birdjepa.common.errors, name)
     if name == "load_encoder":
         import birdjepa.models
 

@@ -3,7 +3,7 @@
 `python -m birdjepa.pretrain --cfg FILE.toml [--n_steps=40 --optim.lr=1e-3 ...]`: the TOML file
 is checked against the dataclasses (unknown keys and wrong types are errors naming the key) and
 is overridden from the command line (birdjepa.config.command_line, in the one voice of
-birdjepa.runtime.cli_args).
+birdjepa.common.cli_args).
 """
 
 import dataclasses
@@ -17,7 +17,7 @@ import typing
 
 import tomli_w
 
-import birdjepa._rs
+import birdjepa.common.errors as errors
 import birdjepa.config.architecture as architecture
 import birdjepa.config.bounds as bounds
 import birdjepa.config.cluster as cluster
@@ -272,7 +272,7 @@ def with_class_count(cfg: Config) -> Config:
     try:
         paths = birdjepa.data.sources.resolve(d.train_shards)
         names = birdjepa.data.sources.class_names(paths, d.label_column)
-    except (birdjepa._rs.Error, OSError, ValueError):
+    except (errors.Error, OSError, ValueError):
         return cfg  # validate names the missing n_classes; make_loaders the bad path
     return dataclasses.replace(cfg, n_classes=len(names)) if names else cfg
 
@@ -334,7 +334,7 @@ def _validate_data(cfg: Config) -> None:
     """The loader's own checks (birdjepa.data.LoaderConfig.check), reported under `data.`."""
     try:
         cfg.data.check()
-    except birdjepa._rs.BadArgumentError as e:
+    except errors.BadArgumentError as e:
         msg = str(e).removeprefix("bad argument ")
         raise ConfigError(f"data.{msg}") from None
     d = cfg.data

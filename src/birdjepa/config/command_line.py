@@ -1,12 +1,12 @@
 """`--cfg FILE.toml` then `--key=value` overrides of a config dataclass: the command line of
 `python -m birdjepa.train` / `pretrain`, `birdjepa.evaluate` and `birdjepa.launch`, in the one
-voice of birdjepa.runtime.cli_args."""
+voice of birdjepa.common.cli_args."""
 
 import sys
 
+import birdjepa.common.cli_args as cli_args
 import birdjepa.config
 import birdjepa.config.keys as keys
-import birdjepa.runtime.cli_args as cli_args
 
 
 def cli(argv: list[str] | None = None, cls=None, *,

@@ -29,7 +29,7 @@ import os
 import pathlib
 import re
 
-import birdjepa._rs
+import birdjepa.common.errors as errors
 import birdjepa.data.paths as paths
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
@@ -277,4 +277,4 @@ def raise_problems(problems: list[str]) -> None:
         more = len(problems) - MAX_PROBLEMS
         lines = problems[:MAX_PROBLEMS] + ([f"... and {more} more problem(s)"] if more > 0
                                            else [])
-        raise birdjepa._rs.BadArgumentError("\n".join(lines))
+        raise errors.BadArgumentError("\n".join(lines))

@@ -20,6 +20,7 @@ import typing
 import numpy as np
 
 import birdjepa._rs
+import birdjepa.common.errors as errors
 
 DEFAULT_MEAN = -7.2
 DEFAULT_STD = 4.43
@@ -78,9 +79,9 @@ def fmt(v) -> str:
     return str(v)
 
 
-def bad_argument(name: str, expected: str, got) -> "birdjepa._rs.BadArgumentError":
+def bad_argument(name: str, expected: str, got) -> "birdjepa.BadArgumentError":
     """The error Rust raises for the same check, worded the same way."""
-    return birdjepa._rs.BadArgumentError(f"bad argument {name}: expected {expected}, got "
+    return errors.BadArgumentError(f"bad argument {name}: expected {expected}, got "
                                          f"{fmt(got)}")
 
 

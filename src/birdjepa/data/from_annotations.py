@@ -41,10 +41,11 @@ import typing
 import pyarrow as pa
 
 import birdjepa._rs
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.errors as errors
 import birdjepa.data.annotation_tables as annotation_tables
 import birdjepa.data.audio
 import birdjepa.data.ipc
-import birdjepa.runtime.cli_args as cli_args
 
 AUDIO = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 END_TOLERANCE_S = 0.01
@@ -102,7 +103,7 @@ class Settings:
 def check(s: Settings) -> None:
     """Bounds of the settings, one BadArgumentError naming the option."""
     def bad(msg):
-        raise birdjepa._rs.BadArgumentError(msg)
+        raise errors.BadArgumentError(msg)
     if s.window_s is not None and not 0 < s.window_s < float("inf"):
         bad(f"--window_s: expected seconds > 0, got {s.window_s}")
     if s.hop_s is not None and (s.window_s is None or not 0 < s.hop_s < float("inf")):
@@ -125,7 +126,7 @@ def durations(found: annotation_tables.Found) -> dict[str, float]:
             if n is None:
                 n = len(birdjepa.data.audio.decode(f)[0])
             out[f] = n / info["sample_rate"]
-        except (birdjepa._rs.Error, OSError) as e:
+        except (errors.Error, OSError) as e:
             found.problem(f"{where}: audio file {f!r} cannot be read: "
                           f"{' '.join(str(e).split())}")
     return out
@@ -278,7 +279,7 @@ def write(tables: list[str], s: Settings, *, class_names: list[str] | None = Non
     check(s)
     out_dir = pathlib.Path(s.out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise birdjepa._rs.BadArgumentError(
+        raise errors.BadArgumentError(
             f"--out_dir: expected a new or empty directory, got {str(out_dir)!r}, which "
             f"{'holds files' if out_dir.is_dir() else 'is a file'}")
     cols = annotation_tables.Columns(label=s.label_column, start=s.start_column,
@@ -291,7 +292,7 @@ def write(tables: list[str], s: Settings, *, class_names: list[str] | None = Non
     annotation_tables.raise_problems(found.problems)
     out, stats, per_class = rows(events, dur, names, s)
     if not out:
-        raise birdjepa._rs.BadArgumentError(
+        raise errors.BadArgumentError(
             f"TABLE: expected events (or, with --window_s, recordings at least one window "
             f"long), got {len(found.events)} event(s) in {len(dur)} recording(s): no rows")
     what = "events" if s.window_s is None else \
@@ -348,16 +349,16 @@ def run(a, resolve, names_of) -> int:
             if names is None:
                 have = [c for c in birdjepa.data.ipc.schema(paths[0]).names
                         if names_of(paths, c) is not None]
-                raise birdjepa._rs.BadArgumentError(
+                raise errors.BadArgumentError(
                     f"--classes_column: expected a column of {s.classes_from!r} with ClassLabel "
                     f"names, got {s.classes_column!r} (columns with names: "
                     f"{', '.join(have) or 'none'})")
         r = write(a.tables, s, class_names=names)
-    except birdjepa._rs.BadArgumentError as e:
+    except errors.BadArgumentError as e:
         for line in str(e).splitlines():
             cli_args.fail(line)
         return cli_args.EXIT_USAGE
-    except (birdjepa._rs.Error, OSError, ValueError) as e:
+    except (errors.Error, OSError, ValueError) as e:
         return cli_args.fail(e)
     print("\n".join(report(r, s)))
     return 0

@@ -25,9 +25,10 @@ import sys
 import pyarrow as pa
 
 import birdjepa
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.errors as errors
 import birdjepa.data.audio
 import birdjepa.data.from_annotations
-import birdjepa.runtime.cli_args as cli_args
 
 AUDIO = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
@@ -64,11 +65,11 @@ def problem(path: pathlib.Path) -> str | None:
             head = f.read(HEAD_BYTES)
         try:
             info = birdjepa.data.audio.info(head)
-        except birdjepa.AudioError:
+        except errors.AudioError:
             if size <= HEAD_BYTES:
                 raise
             info = birdjepa.data.audio.info(path)
-    except (OSError, birdjepa.AudioError) as e:
+    except (OSError, errors.AudioError) as e:
         return " ".join(str(e).split())[:120]
     if info["n_frames"] == 0:
         return "no audio frames"

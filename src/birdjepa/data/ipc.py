@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-import birdjepa._rs
+import birdjepa.common.errors as errors
 import birdjepa.data.paths as paths
 
 
@@ -20,7 +20,7 @@ def open_ipc(path: str) -> Iterator:
     before anything opens it (opening a FIFO blocks until a writer comes)."""
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
-        raise birdjepa._rs.DatasetError(f"{os.fspath(path)}: expected a regular file (an Arrow "
+        raise errors.DatasetError(f"{os.fspath(path)}: expected a regular file (an Arrow "
                                         f"IPC stream or file), got {paths.kind_of(st)}")
     with pa.memory_map(str(path)) as f:
         try:

@@ -38,6 +38,7 @@ import time
 import warnings
 
 import birdjepa._rs
+import birdjepa.common.errors as errors
 import birdjepa.data.config
 import birdjepa.data.sources as sources
 
@@ -62,7 +63,7 @@ def check_labels(dataset, label_column: str | None) -> dict | None:
     r = dataset.label_range()
     if r is not None and r["min"] is not None and r["min"][0] < -1:
         v, path, row = r["min"]
-        raise birdjepa._rs.DatasetError(
+        raise errors.DatasetError(
             f"{path}: row {row}, column '{label_column}': expected class ids >= 0 (or -1/null "
             f"for no label), got {v}")
     return r
@@ -73,7 +74,7 @@ def class_count(n_classes: int, names: list[str] | None, label_column: str | Non
     columns); an explicit n_classes that disagrees with them is a BadArgumentError; without names,
     n_classes as given (0: unknown)."""
     if names and n_classes and n_classes != len(names):
-        raise birdjepa._rs.BadArgumentError(
+        raise errors.BadArgumentError(
             f"bad argument n_classes: expected {len(names)} (the ClassLabel names of column "
             f"'{label_column}'), got {n_classes}; leave n_classes unset to take the names")
     return len(names) if names else n_classes
@@ -89,7 +90,7 @@ def check_paths(dataset) -> tuple[int, int]:
     if unusable:
         row, reason = why
         if unusable + missing == checked:
-            raise birdjepa._rs.DatasetError(
+            raise errors.DatasetError(
                 f"{dataset.shards()[0][0]}: none of the {checked} audio files checked can be "
                 f"read (row {row}: {reason})")
         warnings.warn(f"birdjepa.data: {unusable} of {checked} audio files checked cannot be read "
@@ -101,7 +102,7 @@ def check_paths(dataset) -> tuple[int, int]:
     where = (f"row {row} stores {stored!r}" + (f", read as {resolved!r}" if resolved != stored
                                                  else ""))
     if missing == checked:
-        raise birdjepa._rs.DatasetError(
+        raise errors.DatasetError(
             f"{dataset.shards()[0][0]}: none of the {checked} audio files checked exists ({where}); "
             "set audio_root to the directory relative paths start from, or path_map = "
             "{\"<stored prefix>\" = \"<local prefix>\"} where the files moved")
@@ -181,10 +182,10 @@ class _OpenedShards:
         if mode not in ("train", "eval"):
             raise birdjepa.data.config.bad_argument("mode", "'train' or 'eval'", repr(mode))
         if transform not in ("audio", "debug"):  # Rust's words for the same check
-            raise birdjepa._rs.BadArgumentError(
+            raise errors.BadArgumentError(
                 f'bad argument transform: expected "audio" or "debug", got "{transform}"')
         if transform != "audio" and transform not in self._TEST_TRANSFORMS:
-            raise birdjepa._rs.BadArgumentError(
+            raise errors.BadArgumentError(
                 f"bad argument transform: expected \"audio\", got {transform!r} (a test-only "
                 "transform: use birdjepa.data._DebugLoader)")
         for name, v in (("batch_size", batch_size), ("seed", seed), ("n_classes", n_classes)):
@@ -204,7 +205,7 @@ class _OpenedShards:
         if type(shards).__name__ == "DatasetDict":
             shards = shards[split]
         if hasattr(shards, "cache_files") and len(shards) != self.n_samples:
-            raise birdjepa._rs.BadArgumentError(
+            raise errors.BadArgumentError(
                 f"bad argument shards: expected a datasets.Dataset spanning its cache files "
                 f"({self.n_samples} rows), got a view of {len(shards)} rows (call "
                 f".flatten_indices() or save_to_disk/load_from_disk first)"
@@ -217,7 +218,7 @@ class _OpenedShards:
         return {"n_shards": len(shard_list), "n_rows": self.n_samples, "shards_hash": shards_hash}
 
     def _check_state(self, state: dict) -> int:
-        err = birdjepa._rs.StateMismatchError
+        err = errors.StateMismatchError
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             got = state.get("version") if isinstance(state, dict) else type(state).__name__
             raise err(f"loader state mismatch: expected version {STATE_VERSION}, got {got!r}")
@@ -320,7 +321,7 @@ class Loader(_OpenedShards):
 
     def __next__(self) -> dict:
         if self._core is None:
-            raise birdjepa._rs.BadArgumentError(
+            raise errors.BadArgumentError(
                 "bad argument loader: expected an open loader, got a closed one"
             )
         if self._finished:

@@ -40,13 +40,14 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa._rs
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.errors as errors
+import birdjepa.common.outputs as outputs
 import birdjepa.data.audio
 import birdjepa.data.config as config
 import birdjepa.data.ipc
 import birdjepa.data.pack_dst as pack_dst
 import birdjepa.data.paths as paths
-import birdjepa.runtime.cli_args as cli_args
-import birdjepa.runtime.outputs as outputs
 
 BATCH_ROWS = 100
 """Rows per record batch, as `datasets` writes audio datasets."""
@@ -68,7 +69,7 @@ def _audio_values(col: pa.ChunkedArray) -> tuple[list, list]:
         return col.to_pylist(), [None] * len(col)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return [None] * len(col), col.to_pylist()
-    raise birdjepa._rs.BadArgumentError(
+    raise errors.BadArgumentError(
         f"bad argument audio_column: expected struct {{bytes, path}}, binary or a string of "
         f"paths, got {t}")
 
@@ -83,7 +84,7 @@ class Source:
         self.audio: list[tuple[bytes | None, str | None, str | None]] = []
         for i, (f, t) in enumerate(zip(files, self.tables, strict=True)):
             if audio_column not in t.column_names:
-                raise birdjepa._rs.DatasetError(
+                raise errors.DatasetError(
                     f"{f}: column '{audio_column}': no such column (columns: "
                     f"{', '.join(t.column_names)})")
             data, stored = _audio_values(t.column(audio_column))
@@ -116,11 +117,11 @@ class Source:
                 paths.check_file(file, max_audio_mb)
             except FileNotFoundError:
                 read_as = f", read as {file!r}" if file != p else ""
-                raise birdjepa._rs.DatasetError(
+                raise errors.DatasetError(
                     f"{where}: stores {p!r}{read_as}, which does not exist; set --audio_root "
                     "(relative paths) or --path_map OLD=NEW (a moved prefix)") from None
-            except birdjepa._rs.DatasetError as e:
-                raise birdjepa._rs.DatasetError(f"{where}: {e}") from None
+            except errors.DatasetError as e:
+                raise errors.DatasetError(f"{where}: {e}") from None
 
     def stamp(self, start: int, end: int) -> str:
         """What rows [start, end) are made from, as a short hash: the path, size and
@@ -170,7 +171,7 @@ def _audio_array(src: Source, start: int, end: int,
     for k in range(start, end):
         b, p, file = src.audio[k]
         if not b and not file:
-            raise birdjepa._rs.DatasetError(
+            raise errors.DatasetError(
                 f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}, column "
                 f"'{src.audio_column}': neither audio bytes nor a path")
         try:
@@ -198,10 +199,10 @@ def _audio_array(src: Source, start: int, end: int,
         with x:
             got = x.readinto(view[a:b])
             if got != b - a or x.read(1):
-                raise birdjepa._rs.DatasetError(f"{x.name}: the file changed while it was read "
+                raise errors.DatasetError(f"{x.name}: the file changed while it was read "
                                                 f"({b - a} bytes at open, {got} read)")
     if offsets[-1] >= 2**31:
-        raise birdjepa._rs.BadArgumentError(
+        raise errors.BadArgumentError(
             f"bad argument audio: expected under 2 GiB of audio per {BATCH_ROWS} rows, got "
             f"{offsets[-1]} bytes")
     blobs = pa.BinaryArray.from_buffers(pa.binary(), len(parts), [
@@ -294,7 +295,7 @@ def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
 def _finish(dst: str, names: list[str], schema: pa.Schema, n_rows: int) -> None:
     got = sum(birdjepa.data.ipc.n_rows(os.path.join(dst, n)) for n in names)
     if got != n_rows:
-        raise birdjepa._rs.DatasetError(f"{dst}: expected {n_rows} rows in the packed shards, "
+        raise errors.DatasetError(f"{dst}: expected {n_rows} rows in the packed shards, "
                                         f"got {got}")
     hf = json.loads((schema.metadata or {}).get(b"huggingface", b"{}"))
     info = hf.get("info", {})
@@ -320,12 +321,12 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     t0 = time.perf_counter()
     if codec not in ("copy", *birdjepa.data.audio.ENCODINGS) or (sample_rate is not None and (
             codec == "copy" or not 1000 <= sample_rate <= 384000)):
-        raise birdjepa._rs.BadArgumentError(
+        raise errors.BadArgumentError(
             f"bad argument codec, sample_rate: expected copy (no rate: the bytes are kept as "
             f"they are) or wav/flac with no rate or one in [1000, 384000] Hz, got {codec!r}, "
             f"{sample_rate}")
     if resampler is not None and resampler not in config.RESAMPLERS:
-        raise birdjepa._rs.BadArgumentError(
+        raise errors.BadArgumentError(
             f"bad argument resampler: expected one of {', '.join(config.RESAMPLERS)}, got "
             f"{resampler!r}")
     recode = None if codec == "copy" else birdjepa.data.audio.Recoder(codec, sample_rate)
@@ -428,7 +429,7 @@ def run(a, resolve) -> int:
                  audio_column=a.audio_column, audio_root=a.audio_root,
                  path_map=a.path_map or {}, max_audio_mb=a.max_audio_mb, codec=a.codec,
                  sample_rate=a.sample_rate, resampler=a.resampler)
-    except (birdjepa._rs.Error, OSError) as e:
+    except (errors.Error, OSError) as e:
         return cli_args.fail(e)
     if s["kept"]:
         print(f"warning: {len(s['kept'])} recording(s) could not be decoded and were kept as "

@@ -8,9 +8,9 @@ import json
 import os
 import threading
 
-import birdjepa._rs
+import birdjepa.common.errors as errors
+import birdjepa.common.outputs as outputs
 import birdjepa.data.config as config
-import birdjepa.runtime.outputs as outputs
 
 PLAN = "pack-plan.json"
 MANIFEST = "pack-manifest.json"
@@ -73,13 +73,13 @@ def check_plan(dst: str, want: dict) -> None:
         have = json.load(f)
     if have != want:
         diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
-        raise birdjepa._rs.BadArgumentError(
+        raise errors.BadArgumentError(
             f"bad argument dst: {dst} holds a pack of different sources or settings (differs in "
             f"{', '.join(diff)}); pack into another directory or delete it")
 
 
 def refuse(msg: str):
-    raise birdjepa._rs.BadArgumentError(f"bad argument dst: {msg}")
+    raise errors.BadArgumentError(f"bad argument dst: {msg}")
 
 
 def check_dst(files: list[str], dst: str, names: list[str]) -> None:

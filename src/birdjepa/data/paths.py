@@ -19,7 +19,7 @@ import os
 import stat
 from collections.abc import Mapping
 
-import birdjepa._rs
+import birdjepa.common.errors as errors
 
 
 def _strip_components(stored: str, prefix: str) -> str | None:
@@ -74,10 +74,10 @@ def usable(path: str | os.PathLike, st: os.stat_result,
     one-line birdjepa.DatasetError naming the file (the Rust loader's rule and words,
     rust/src/shards/audio_file.rs: a FIFO, a device or a directory is never read)."""
     if not stat.S_ISREG(st.st_mode):
-        raise birdjepa._rs.DatasetError(f"{os.fspath(path)}: expected a regular audio file, "
+        raise errors.DatasetError(f"{os.fspath(path)}: expected a regular audio file, "
                                         f"got {kind_of(st)}")
     if max_audio_mb > 0 and st.st_size > max_audio_mb * 1e6:
-        raise birdjepa._rs.DatasetError(
+        raise errors.DatasetError(
             f"{os.fspath(path)}: expected at most max_audio_mb={max_audio_mb:g} MB, got "
             f"{st.st_size / 1e6:.1f} MB (raise max_audio_mb to read it)")
 
@@ -113,6 +113,6 @@ def read_file(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB) -> by
     with f:
         data = f.read(size + 1)
     if len(data) != size:
-        raise birdjepa._rs.DatasetError(f"{os.fspath(path)}: the file changed while it was read "
+        raise errors.DatasetError(f"{os.fspath(path)}: the file changed while it was read "
                                         f"({size} bytes at open, {len(data)} read)")
     return data

@@ -31,11 +31,12 @@ import warnings
 from collections.abc import Sequence
 
 import birdjepa._rs
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.errors as errors
 import birdjepa.data.from_annotations as from_annotations
 import birdjepa.data.from_files as from_files
 import birdjepa.data.ipc
 import birdjepa.data.pack as pack
-import birdjepa.runtime.cli_args as cli_args
 
 _PART = re.compile(r"-\d{5}-of-\d{5}$")
 _SPLIT_WORDS = ("train", "test", "validation", "valid", "val", "eval", "dev")
@@ -52,7 +53,7 @@ def _name_split(name: str) -> str | None:
 
 
 def _bad(msg: str) -> Exception:
-    return birdjepa._rs.BadArgumentError(f"bad argument shards: {msg}")
+    return errors.BadArgumentError(f"bad argument shards: {msg}")
 
 
 def _arrow_files(path: str) -> list[str]:

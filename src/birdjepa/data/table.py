@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute
 
 import birdjepa
+import birdjepa.common.errors as errors
 import birdjepa.data
 import birdjepa.data.ipc
 import birdjepa.data.paths as paths
@@ -164,7 +165,7 @@ def check_audio_files(source, column: str = "audio", *, audio_root: str = "",
                 paths.check_file(path, max_audio_mb)
             except OSError:
                 out["missing"].append((where, stored, path))
-            except birdjepa.DatasetError as e:
+            except errors.DatasetError as e:
                 out["unusable"].append((where, str(e)))
     return out
 

@@ -4,11 +4,11 @@ split (birdjepa.demo_data.soundscape)."""
 
 import sys
 
+import birdjepa.common.cli_args as cli_args
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.demo_data.soundscape as soundscape
 import birdjepa.demo_data.writer as writer
-import birdjepa.runtime.cli_args as cli_args
 
 
 def main(argv: list[str] | None = None) -> int:

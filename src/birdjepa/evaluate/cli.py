@@ -11,10 +11,11 @@ import logging
 import sys
 
 import birdjepa
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.errors as errors
 import birdjepa.config
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.runner as runner
-import birdjepa.runtime.cli_args as cli_args
 
 _NOISE = ("RuntimeError('Event loop is closed')", "sys.meta_path is None")
 _LEFTOVER = "coroutine object _read_array_index_and_device_put"
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config.cli(argv)
         runner.run(cfg)
-    except (birdjepa.config.ConfigError, FileNotFoundError, KeyError, birdjepa.Error) as e:
+    except (birdjepa.config.ConfigError, FileNotFoundError, KeyError, errors.Error) as e:
         return cli_args.fail(e)  # data errors included
     return 0
 

@@ -277,7 +277,7 @@ def test_sets(cfg: EvalConfig) -> list[TestSet]:
 
 def cli(argv: list[str] | None = None) -> EvalConfig:
     """`--cfg FILE.toml` (optional) then overrides (`--probe.lr=1e-3`, `--encoders A --encoders
-    B`; birdjepa.runtime.cli_args)."""
+    B`; birdjepa.common.cli_args)."""
     cfg = birdjepa.config.cli(
         argv, EvalConfig, prog="python -m birdjepa.evaluate",
         description="Evaluate frozen encoders with probes on a soundscape test split (BirdSet "

@@ -26,11 +26,11 @@ import sys
 
 import numpy as np
 
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.outputs as outputs
 import birdjepa.evaluate.intervals as intervals
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.results as results
-import birdjepa.runtime.cli_args as cli_args
-import birdjepa.runtime.outputs as outputs
 
 _METHOD = {
     intervals.BOOTSTRAP_SEGMENTS: "[95 % bootstrap interval (BC) over test segments]",

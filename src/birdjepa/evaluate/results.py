@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.csv
 import pyarrow.parquet
 
+import birdjepa.common.outputs as outputs
 import birdjepa.evaluate.probes as probes
-import birdjepa.runtime.outputs as outputs
 
 KEY = ("test_set", "encoder", "probe", "k", "seed", "metric")
 GROUP = ("test_set", "test_shards", "encoder", "encoder_digest", "probe", "k")

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import birdjepa.common.outputs as outputs
 import birdjepa.config
 import birdjepa.evaluate.cache as cache
 import birdjepa.evaluate.checks as checks
@@ -39,7 +40,6 @@ import birdjepa.models.artifact
 import birdjepa.models.inference as inference
 import birdjepa.params
 import birdjepa.runtime.integrity
-import birdjepa.runtime.outputs as outputs
 import birdjepa.runtime.rundir
 
 

@@ -28,6 +28,8 @@ import jax
 import numpy as np
 import pyarrow as pa
 
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.outputs as outputs
 import birdjepa.config
 import birdjepa.config.architecture
 import birdjepa.data.audio
@@ -42,9 +44,7 @@ import birdjepa.models.safetensors as safetensors
 import birdjepa.objectives.probe
 import birdjepa.params
 import birdjepa.runtime.checkpoint
-import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.integrity
-import birdjepa.runtime.outputs as outputs
 import birdjepa.runtime.rundir
 
 FORMAT = "birdjepa-encoder"

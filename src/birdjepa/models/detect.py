@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pyarrow as pa
 
+import birdjepa.common.cli_args as cli_args
 import birdjepa.models.artifact as artifact
 import birdjepa.models.raven as raven
 import birdjepa.models.recordings as recordings
-import birdjepa.runtime.cli_args as cli_args
 
 SUFFIXES = (".csv", ".parquet", ".npz")
 DESCRIPTION = """\

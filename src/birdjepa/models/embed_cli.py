@@ -3,9 +3,9 @@ every recording, one row per window (see `main --help`)."""
 
 import argparse
 
+import birdjepa.common.cli_args as cli_args
 import birdjepa.models.artifact as artifact
 import birdjepa.models.recordings as recordings
-import birdjepa.runtime.cli_args as cli_args
 
 SUFFIXES = (".parquet", ".npz")
 DESCRIPTION = """\

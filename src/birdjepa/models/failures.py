@@ -3,9 +3,9 @@ the end of a pass (birdjepa.models.inference)."""
 
 import warnings
 
-import birdjepa
+import birdjepa.common.errors as errors
 
-SKIPPED = (birdjepa.AudioError, birdjepa.DatasetError, OSError)
+SKIPPED = (errors.AudioError, errors.DatasetError, OSError)
 """What makes a recording a counted skip: undecodable audio, a path-only file that is missing
 (OSError) or not a regular file within max_audio_mb (DatasetError)."""
 
@@ -46,6 +46,6 @@ class Failures:
         if not self:
             return
         if len(self) == self.n_items:
-            raise birdjepa.CorruptAudioError(self.summary().replace(
+            raise errors.CorruptAudioError(self.summary().replace(
                 "skipped", "every recording failed:", 1))
         warnings.warn(self.summary(), RuntimeWarning, stacklevel=4)

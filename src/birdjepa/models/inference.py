@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa
+import birdjepa.common.errors as errors
+import birdjepa.common.outputs as outputs
 import birdjepa.data
 import birdjepa.data.audio
 import birdjepa.data.config
@@ -37,7 +39,6 @@ import birdjepa.models.artifact
 import birdjepa.models.bird_mae
 import birdjepa.models.columns as columns
 import birdjepa.models.failures
-import birdjepa.runtime.outputs as outputs
 import birdjepa.runtime.rundir
 
 POOLS = ("cls", "mean", "patches")
@@ -180,7 +181,7 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
     file of at most `max_audio_mb` MB, birdjepa.data.paths.read_file). A recording without a
     length in its header is decoded to count: its length is what the data holds."""
     if item is None:
-        raise birdjepa.EmptyAudioError("no audio (neither bytes nor a path)")
+        raise errors.EmptyAudioError("no audio (neither bytes nor a path)")
     if isinstance(item, tuple):
         wave, sr = item
         x = (birdjepa.data.audio.resample(wave, sr, w.sample_rate, resampler=w.resampler)
@@ -261,7 +262,7 @@ def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures:
                 x, damage = fut.result()
             except birdjepa.models.failures.SKIPPED as e:
                 failed.add(row)
-                if s > 0 and isinstance(e, birdjepa.EmptyAudioError) and "after the data ends" \
+                if s > 0 and isinstance(e, errors.EmptyAudioError) and "after the data ends" \
                         in str(e):  # past the damage: the windows before it stand
                     failures.damaged.setdefault(name, str(e).split("after ", 1)[1])
                 else:

@@ -28,9 +28,9 @@ import pathlib
 
 import jax
 
+import birdjepa.common.outputs as outputs
 import birdjepa.model
 import birdjepa.models.card as card
-import birdjepa.runtime.outputs as outputs
 
 FORMAT = "birdjepa-onnx"
 VERSION = 1

@@ -23,7 +23,7 @@ import pathlib
 
 import pyarrow as pa
 
-import birdjepa.runtime.outputs as outputs
+import birdjepa.common.outputs as outputs
 
 LOW_FREQ_HZ = 20.0
 """The fbank's lowest mel edge (Kaldi's low_freq default; the transform passes no other)."""

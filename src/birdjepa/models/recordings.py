@@ -22,14 +22,15 @@ import pyarrow.parquet
 import tqdm
 
 import birdjepa
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.errors as errors
+import birdjepa.common.outputs as outputs
 import birdjepa.data.paths
 import birdjepa.data.table as table
 import birdjepa.models.artifact as artifact
 import birdjepa.models.columns as columns
 import birdjepa.models.failures
 import birdjepa.models.inference as inference
-import birdjepa.runtime.cli_args as cli_args
-import birdjepa.runtime.outputs as outputs
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
 
@@ -106,7 +107,7 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
 
 
 def add_common(p: cli_args.Parser, *, window_s: float | None = None, out_required: bool = True) -> None:
-    """MODEL, SOURCE and the options both command lines take (birdjepa.runtime.cli_args)."""
+    """MODEL, SOURCE and the options both command lines take (birdjepa.common.cli_args)."""
     p.add_argument("model", metavar="MODEL", help="a run directory (its latest checkpoint), an "
                    "export directory (python -m birdjepa.export) or NAME:WEIGHTS for an "
                    "imported model, e.g. bird-mae-base:model.safetensors")
@@ -367,7 +368,7 @@ def cli_main(parser: cli_args.Parser, run, argv: list[str] | None, what: str) ->
         warnings.showwarning = _one_line
         try:
             cols = run(args)
-        except (FileNotFoundError, KeyError, ValueError, birdjepa.AudioError) as e:
+        except (FileNotFoundError, KeyError, ValueError, errors.AudioError) as e:
             return cli_args.fail(e)
         except KeyboardInterrupt:  # Ctrl-C: one line; the output is written whole or not at all
             print(f"interrupted: no {what} written", file=sys.stderr)

@@ -31,6 +31,8 @@ import submitit
 
 import birdjepa
 import birdjepa._rs
+import birdjepa.common.cli_args as cli_args
+import birdjepa.common.errors as errors
 import birdjepa.config
 import birdjepa.config.command_line
 import birdjepa.data
@@ -39,7 +41,6 @@ import birdjepa.data.loader
 import birdjepa.data.sources
 import birdjepa.gpuplan.rules
 import birdjepa.gpuplan.targets
-import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.job
 import birdjepa.runtime.preemption
 import birdjepa.runtime.rundir
@@ -236,7 +237,7 @@ def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
             out.append((f"data.{key}: {ds.n_rows} rows in {len(paths)} file(s), {span}{files}, "
                         f"{tried['samples']} samples decoded ({tried['failures']} failed): ok",
                         True))
-        except (birdjepa.Error, birdjepa.config.ConfigError, OSError) as e:
+        except (errors.Error, birdjepa.config.ConfigError, OSError) as e:
             out.append((f"data.{key}: {e}", False))
     return out
 

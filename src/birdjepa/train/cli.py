@@ -18,9 +18,10 @@ import sys
 import typing
 
 import birdjepa
+import birdjepa.common.cli_args
+import birdjepa.common.errors as errors
 import birdjepa.config
 import birdjepa.runtime.checkpoint
-import birdjepa.runtime.cli_args
 import birdjepa.runtime.distributed
 import birdjepa.runtime.preemption
 import birdjepa.runtime.save_failure
@@ -30,7 +31,7 @@ import birdjepa.train.loop
 import birdjepa.train.run
 import birdjepa.train.step
 
-EXIT_USAGE = birdjepa.runtime.cli_args.EXIT_USAGE
+EXIT_USAGE = birdjepa.common.cli_args.EXIT_USAGE
 EXIT_FAILED = 1
 EXIT_PREEMPTED = 75
 """Exit status of a run stopped by a signal after saving its checkpoint (EX_TEMPFAIL)."""
@@ -39,7 +40,7 @@ EXIT_INTERRUPTED = birdjepa.runtime.preemption.EXIT_INTERRUPTED
 FAILURES = (birdjepa.train.loop.EvaluationError, birdjepa.train.run.UnsoundRunError,
             birdjepa.train.step.NonFiniteError, birdjepa.runtime.checkpoint.CorruptCheckpointError,
             birdjepa.runtime.save_failure.CheckpointWriteError, birdjepa.train.feed.EmptyBatchError,
-            birdjepa.TooManyFailuresError, birdjepa.runtime.slurm_env.SlurmEnvError)
+            errors.TooManyFailuresError, birdjepa.runtime.slurm_env.SlurmEnvError)
 """Run outcomes reported in one line (exit 1), not as a crash."""
 
 
@@ -52,7 +53,7 @@ def main(argv: list[str], *, prog: str = "python -m birdjepa.train") -> int:
         stop.install(signal.SIGINT, second_aborts=True)
         summary = birdjepa.train.loop.main(cfg, should_stop=stop.is_set)
     except birdjepa.config.ConfigError as e:
-        return birdjepa.runtime.cli_args.fail(e)
+        return birdjepa.common.cli_args.fail(e)
     except FAILURES as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import pyarrow as pa
 
-import birdjepa
+import birdjepa.common.errors as errors
 import birdjepa.config
 import birdjepa.data
 import birdjepa.data.table
@@ -323,7 +323,7 @@ def _open_loaders(cfg: birdjepa.config.Config, loaders, train_state: dict | None
     build = _data_errors_are_config_errors(make_loaders if loaders is None else loaders)
     try:
         return build(cfg, train_state=train_state)
-    except birdjepa.StateMismatchError as e:
+    except errors.StateMismatchError as e:
         if cfg.resume != "force":
             raise
         print(f"resume=force: {e}; entering the new stream at step {train_state['step']}",
@@ -341,8 +341,8 @@ def _data_errors_are_config_errors(build):
     def wrapped(cfg, *, train_state=None):
         try:
             return build(cfg, train_state=train_state)
-        except (birdjepa.BadArgumentError, birdjepa.DatasetError) as e:
-            if isinstance(e, birdjepa.StateMismatchError):
+        except (errors.BadArgumentError, errors.DatasetError) as e:
+            if isinstance(e, errors.StateMismatchError):
                 raise
             raise birdjepa.config.ConfigError(data_error_line(cfg.data, e)) from None
 
