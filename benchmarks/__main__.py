@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-import birdjepa.runtime.cli_args as cli_args
+import birdjepa.common.cli_args as cli_args
 
 NAMES = ("transforms", "loader", "views", "train", "ckpt", "birdset", "embed", "plan", "bird_mae")
 

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-import birdjepa.runtime.cli_args as cli_args
+import birdjepa.common.cli_args as cli_args
 
 SIZES = {"base": (768, 12, 12), "large": (1024, 24, 16), "huge": (1280, 32, 16)}
 

@@ -27,12 +27,12 @@ import time
 import numpy as np
 import pyarrow as pa
 
+import birdjepa.common.cli_args as cli_args
 import birdjepa.data
 import birdjepa.data.pack
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.demo_data.codecs as codecs
-import birdjepa.runtime.cli_args as cli_args
 
 NAMES = [s.code for s in catalogue.SPECIES]
 

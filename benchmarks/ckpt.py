@@ -21,10 +21,10 @@ import time
 import jax
 
 import benchmarks.configs
+import birdjepa.common.cli_args as cli_args
 import birdjepa.config
 import birdjepa.data.synthetic
 import birdjepa.runtime.checkpoint
-import birdjepa.runtime.cli_args as cli_args
 import birdjepa.train.state
 import birdjepa.train.step
 

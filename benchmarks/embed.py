@@ -22,9 +22,9 @@ import numpy as np
 import soundfile
 
 import birdjepa
+import birdjepa.common.cli_args as cli_args
 import birdjepa.config.architecture as arch
 import birdjepa.model
-import birdjepa.runtime.cli_args as cli_args
 
 SR = 32000
 

@@ -27,8 +27,8 @@ import time
 
 import numpy as np
 
+import birdjepa.common.cli_args as cli_args
 import birdjepa.data
-import birdjepa.runtime.cli_args as cli_args
 
 SAMPLE_RATE = 32000
 CLIP_S = 5.0

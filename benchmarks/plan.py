@@ -39,13 +39,13 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import benchmarks.configs  # noqa: E402
+import birdjepa.common.cli_args as cli_args  # noqa: E402
 import birdjepa.config  # noqa: E402
 import birdjepa.config.architecture  # noqa: E402
 import birdjepa.gpuplan.rules as rules  # noqa: E402
 import birdjepa.gpuplan.targets as targets  # noqa: E402
 import birdjepa.optim  # noqa: E402
 import birdjepa.params  # noqa: E402
-import birdjepa.runtime.cli_args as cli_args  # noqa: E402
 import birdjepa.runtime.launch  # noqa: E402
 import birdjepa.train.flops  # noqa: E402
 import birdjepa.train.step  # noqa: E402
@@ -205,7 +205,7 @@ def self_check(rows: list[dict], names: list[str]) -> list[str]:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    """Every option of `python -m benchmarks plan`, in one place (birdjepa.runtime.cli_args)."""
+    """Every option of `python -m benchmarks plan`, in one place (birdjepa.common.cli_args)."""
     p = cli_args.Parser("python -m benchmarks plan", __doc__)
     p.add_list("gpus", "a GPU kind to plan for; repeat for more (default: every shipped kind)",
                choices=targets.GPUS)

@@ -27,11 +27,11 @@ import jax.numpy as jnp
 
 import benchmarks.configs
 import benchmarks.peer_vit
+import birdjepa.common.cli_args as cli_args
 import birdjepa.config
 import birdjepa.data.synthetic
 import birdjepa.model
 import birdjepa.optim
-import birdjepa.runtime.cli_args as cli_args
 import birdjepa.runtime.compiles
 import birdjepa.train.flops
 import birdjepa.train.run

@@ -19,7 +19,7 @@ import numpy as np
 
 import birdjepa._rs as _rs
 import birdjepa.audio
-import birdjepa.runtime.cli_args as cli_args
+import birdjepa.common.cli_args as cli_args
 
 SR_OUT = 32000
 CLIP_S = 5.0

@@ -24,11 +24,11 @@ import time
 
 import benchmarks.configs
 import benchmarks.loader as loader
+import birdjepa.common.cli_args as cli_args
 import birdjepa.config
 import birdjepa.data
 import birdjepa.data.config
 import birdjepa.data.pack
-import birdjepa.runtime.cli_args as cli_args
 
 
 def bench(paths, args) -> dict:
