@@ -124,6 +124,29 @@ def test_package_graph_has_no_cycle():
     assert graph.get("birdjepa.common", set()) == set()  # the leaf: imports no other package
 
 
+def test_one_definition_parses_a_model_spec_and_one_a_split_spec():
+    """Issue 39 item 4: "NAME:WEIGHTS / export / run" was read in four places, "DIR:SPLIT" in
+    four: a function that splits on ":" and asks for the imported names (PRESETS, IMPORTED) is
+    artifact.parse_spec alone; one that rpartitions on ":" is data.sources.split_spec alone
+    (evaluate's config joins relative paths of both kinds: it decides no kind)."""
+    spec, split = [], []
+    for name, tree in modules().items():
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            calls = {n.func.attr for n in ast.walk(fn) if isinstance(n, ast.Call)
+                     and isinstance(n.func, ast.Attribute)}
+            names = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)} | {
+                n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+            if "partition" in calls and names & {"PRESETS", "IMPORTED"}:
+                spec.append(f"{name}.{fn.name}")
+            if "rpartition" in calls:
+                split.append(f"{name}.{fn.name}")
+    assert spec == ["birdjepa.models.artifact.parse_spec"]
+    assert sorted(split) == ["birdjepa.data.sources.split_spec",
+                             "birdjepa.evaluate.config._resolve"]
+
+
 def test_exceptions_are_imported_from_their_module():
     """Issue 39 item 3: low layers raised `birdjepa.X` (the package root, whose facade reaches
     into models) and `birdjepa._rs.X`; they import birdjepa.common.errors."""

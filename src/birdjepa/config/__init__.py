@@ -360,8 +360,8 @@ def check_data_paths(cfg: Config) -> None:
     for key in ("train_shards", "eval_shards"):
         path = getattr(cfg.data, key)
         _require(bool(path), f"data.{key}", "a directory, file or glob of Arrow shards", path)
-        base, _, split = path.rpartition(":")  # "DIR:SPLIT" (birdjepa.data.sources)
-        named_split = bool(base) and "/" not in split and pathlib.Path(base).is_dir()
+        base, split = birdjepa.data.sources.split_spec(path)  # "DIR:SPLIT"
+        named_split = split is not None and pathlib.Path(base).is_dir()
         if not any(c in path for c in "*?[") and not pathlib.Path(path).exists() \
                 and not named_split:
             raise ConfigError(f"data.{key}: expected an existing path, got {path!r}, which "

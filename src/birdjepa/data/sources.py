@@ -164,18 +164,27 @@ def _directory(path: str, split: str | None) -> list[str]:
     return [os.path.join(path, f) for f in files]
 
 
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """The one reading of a "DIR:SPLIT" argument: (DIR, SPLIT) when `spec` is no existing path
+    and ends in ":NAME" (NAME without "/", after a non-empty DIR), else (spec, None). Whether DIR
+    holds that split is the reader's question."""
+    base, colon, name = spec.rpartition(":")
+    if colon and base and name and "/" not in name and not os.path.exists(spec):
+        return base, name
+    return spec, None
+
+
 def _path(spec: str, split: str | None) -> list[str]:
     if not os.path.exists(spec) and any(c in spec for c in "*?["):
         matches = sorted(glob.glob(spec))
         if not matches:
             raise _bad(f"expected the glob {spec!r} to match shards, got no match")
         return [f for m in matches for f in _path(m, split)]
-    if not os.path.exists(spec) and ":" in spec:
-        base, _, name = spec.rpartition(":")
-        if os.path.isdir(base) and "/" not in name:
-            if split is not None and split != name:
-                raise _bad(f"{spec}: names split {name!r}, but split={split!r} was passed")
-            return _directory(base, name)
+    base, name = split_spec(spec)
+    if name is not None and os.path.isdir(base):
+        if split is not None and split != name:
+            raise _bad(f"{spec}: names split {name!r}, but split={split!r} was passed")
+        return _directory(base, name)
     if os.path.isdir(spec):
         return _directory(spec, split)
     if split is not None:

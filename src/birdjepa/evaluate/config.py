@@ -15,6 +15,7 @@ import typing
 
 import birdjepa.config
 import birdjepa.data.config
+import birdjepa.data.sources
 import birdjepa.evaluate.probes
 
 MIN_HOP_S = 0.01
@@ -250,8 +251,7 @@ def default_name(test_shards: str) -> str:
     """A test set's name from its path: the BirdSet config after a `...birdset` directory
     (`.../DBD-research-group___birdset/HSN/0.0.4/<hash>:test_5s` -> "HSN"), else the last
     directory's name with any `:SPLIT`."""
-    base, _, split = test_shards.rpartition(":")
-    path = base if base and "/" not in split else test_shards
+    path = birdjepa.data.sources.split_spec(test_shards)[0]
     parts = pathlib.PurePath(os.path.normpath(path)).parts
     for i, part in enumerate(parts[:-1]):
         if part.lower().endswith("birdset"):

@@ -95,10 +95,9 @@ def random_encoder(cfg_path: str):
 def _file_encoder(spec: str) -> Encoder:
     """An export directory or an imported model NAME:WEIGHTS, identified by its weights file's
     sha256 (it changes with the weights)."""
-    name, _, weights = spec.partition(":")
-    imported = name in birdjepa.models.IMPORTED and bool(weights)
-    path = pathlib.Path(weights if imported else spec)
     try:
+        sp = birdjepa.models.artifact.parse_spec(spec)
+        path, imported = pathlib.Path(sp.path), sp.kind == "imported"
         model = birdjepa.models.open_model(spec)
         weights_file = path / "encoder.safetensors" if path.is_dir() else path
         digest = _sha256(weights_file.read_bytes())
@@ -107,7 +106,7 @@ def _file_encoder(spec: str) -> Encoder:
             f"config key 'encoders': expected a run directory, an export directory or "
             f"NAME:WEIGHTS, got {spec!r} ({_one_line(e)})") from None
     model_cfg = dataclasses.asdict(model.encoder.cfg)
-    return Encoder(name=name if imported else path.resolve().name, model=model.encoder,
+    return Encoder(name=sp.name if imported else path.resolve().name, model=model.encoder,
                    run_dir=str(path.resolve()), step=-1,
                    config_hash=_sha256(json.dumps(model_cfg, sort_keys=True,
                                                   default=str).encode())[:16],

@@ -33,7 +33,7 @@ def load_encoder(path: str | os.PathLike, *, step: int | None = None, with_head:
     (birdjepa.models.artifact.INPUT_KEYS: sample rate, fbank, clip seconds, n_frames, pad,
     mean, std, window), what embed, predict and evaluate compute its input with. With both:
     (encoder, config, head, classes, input)."""
-    m = _open(path, step)
+    m = artifact.open_model(path, step=step)
     cfg = m.info.get("config")
     if cfg is not None:
         cfg = birdjepa.config.finalize(birdjepa.config.from_dict(
@@ -41,20 +41,6 @@ def load_encoder(path: str | os.PathLike, *, step: int | None = None, with_head:
     # One restore: encoder, head and config from the same checkpoint, even while it trains.
     return (m.encoder, cfg, *((m.head, m.classes) if with_head else ()),
             *((m.audio,) if with_input else ()))
-
-
-def _open(path: str | os.PathLike, step: int | None) -> Model:
-    """The model at `path`; `step` picks a run's checkpoint, and must be the one an export
-    holds (an export holds one)."""
-    if step is None:
-        return artifact.open_model(path)
-    if birdjepa.runtime.rundir.is_run_dir(path):
-        return artifact.from_run(path, step=step)
-    m = artifact.open_model(path)
-    if m.info.get("step") != step:
-        raise ValueError(f"step: expected the step {str(path)!r} holds ({m.info.get('step')}; "
-                         f"an export or imported model holds one), got {step}")
-    return m
 
 
 def load(name: str, *, weights: str | os.PathLike) -> birdjepa.model.ViT:

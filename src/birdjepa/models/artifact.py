@@ -293,24 +293,51 @@ def load_export(out_dir: str | os.PathLike) -> Model:
                  activation=meta["head"].get("activation") or "softmax")
 
 
-def open_model(spec: str | os.PathLike) -> Model:
-    """MODEL as the command lines take it: a run directory (config.toml + checkpoints/), an
-    export directory (config.json + encoder.safetensors), or NAME:WEIGHTS for an imported
-    model (e.g. bird-mae-base:/path/model.safetensors)."""
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """A MODEL argument, parsed (`parse_spec`): its kind and where its files are."""
+
+    kind: typing.Literal["run", "export", "imported"]
+    path: str
+    """The run or export directory; for an imported model, its weights file."""
+    name: str = ""
+    """An imported model's architecture (a key of bird_mae.PRESETS)."""
+
+
+def parse_spec(spec: str | os.PathLike) -> Spec:
+    """The one reading of MODEL, as every command and `load_encoder` take it: NAME:WEIGHTS for
+    an imported model (e.g. bird-mae-base:/path/model.safetensors), an export directory
+    (config.json + encoder.safetensors) or a run directory (config.toml + checkpoints/);
+    FileNotFoundError naming the three for anything else."""
     s = str(spec)
     name, _, weights = s.partition(":")
     if name in bird_mae.PRESETS and weights:
-        enc = bird_mae.load(name, weights)
-        return Model(enc, input_settings(bird_mae.AUDIO, name), source=s,
-                     info={"imported": name})
+        return Spec("imported", weights, name)
     if is_export(s):
-        return load_export(s)
+        return Spec("export", s)
     if birdjepa.runtime.rundir.is_run_dir(s):
-        return from_run(s)
+        return Spec("run", s)
     raise FileNotFoundError(
         f"MODEL: expected a run directory (config.toml), an export directory (config.json + "
         f"encoder.safetensors) or NAME:WEIGHTS with NAME in {sorted(bird_mae.PRESETS)}, got "
         f"{s!r}")
+
+
+def open_model(spec: str | os.PathLike, *, step: int | None = None) -> Model:
+    """The Model MODEL names (`parse_spec`), restored once; `step` picks a run's checkpoint and
+    must be the one an export or imported model holds."""
+    sp = parse_spec(spec)
+    if sp.kind == "run":
+        return from_run(sp.path, step=step)
+    if sp.kind == "export":
+        m = load_export(sp.path)
+    else:
+        m = Model(bird_mae.load(sp.name, sp.path), input_settings(bird_mae.AUDIO, sp.name),
+                  source=str(spec), info={"imported": sp.name})
+    if step is not None and m.info.get("step") != step:
+        raise ValueError(f"step: expected the step {str(spec)!r} holds ({m.info.get('step')}; "
+                         f"an export or imported model holds one), got {step}")
+    return m
 
 
 def _export_onnx(args) -> pathlib.Path:
@@ -319,8 +346,8 @@ def _export_onnx(args) -> pathlib.Path:
     out = pathlib.Path(args.out_dir)
     _check_out_dir(out, (onnx_export.FILE, "config.json", "README.md"),
                    overwrite=args.overwrite, source=args.run_dir)
-    run = birdjepa.runtime.rundir.is_run_dir(args.run_dir)
-    m = from_run(args.run_dir, step=args.step) if run else open_model(args.run_dir)
+    run = parse_spec(args.run_dir).kind == "run"
+    m = open_model(args.run_dir, step=args.step)
     why = _unsound(m) if run else None
     if why and not args.force:
         raise ExportRefused(f"{args.run_dir}: expected a finished run with finite parameters, "

@@ -26,6 +26,7 @@ import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.data.paths
+import birdjepa.data.sources
 import birdjepa.data.table as table
 import birdjepa.models.artifact as artifact
 import birdjepa.models.columns as columns
@@ -67,7 +68,7 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
     files, shards, skipped = [], [], []
     for a in args:
         p = pathlib.Path(a)
-        base, _, split = a.rpartition(":")
+        base, split = birdjepa.data.sources.split_spec(a)
         if p.is_dir() and not _is_table_dir(p):
             found = sorted(f for f in p.rglob("*") if f.suffix.lower() in AUDIO_SUFFIXES)
             bad = [str(f) for f in found if not f.is_file()]  # dangling link, directory, ...
@@ -83,7 +84,7 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
         elif p.exists() and not p.is_file() and not p.is_dir():  # before open() blocks on it
             raise ValueError(f"SOURCE: expected an audio file, a directory or Arrow shards, got "
                              f"{a!r}, {birdjepa.data.paths.kind_of(p.stat())}")
-        elif p.exists() or (base and pathlib.Path(base).is_dir() and "/" not in split):
+        elif p.exists() or (split is not None and pathlib.Path(base).is_dir()):
             shards.append(a)
         else:
             raise FileNotFoundError(f"SOURCE: expected an audio file, a directory of audio, "

@@ -388,8 +388,11 @@ def init_from(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
     """`state` with its encoder replaced by the encoder in the latest checkpoint of the run
     `cfg.init_encoder` (optimiser state, heads and probe stay freshly initialised), or by the
     encoder of an export directory or an imported model ("bird-mae-base:WEIGHTS")."""
-    if birdjepa.models.artifact.is_export(cfg.init_encoder) or \
-            cfg.init_encoder.partition(":")[0] in birdjepa.models.IMPORTED:
+    try:  # a run's checkpoints/ directory is no MODEL, but init_encoder takes it too
+        kind = birdjepa.models.artifact.parse_spec(cfg.init_encoder).kind
+    except FileNotFoundError:
+        kind = "run"
+    if kind != "run":
         return _init_from_files(cfg, state, mesh)
     src = pathlib.Path(cfg.init_encoder)
     ckpt_dir = birdjepa.runtime.rundir.find_checkpoints(src)
@@ -417,15 +420,12 @@ def init_from(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
 
 
 def _init_from_files(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
-    """`init_from` for an export directory or an imported model: the same architecture check
-    (the preset's name aside), then its arrays replicated over the mesh."""
+    """`init_from` for an export or imported model: the architecture check, then its arrays."""
     m = birdjepa.models.open_model(cfg.init_encoder)
     a = m.audio  # the input the encoder expects: a training config contradicting it is refused
     saved = {"model": dataclasses.asdict(m.encoder.cfg),
-             "data": {k: a[k] for k in ("n_frames", "n_mels", "sample_rate", "mean", "std",
-                                        "pad")}}
-    keys = (*birdjepa.config.ENCODER_SHAPING, "data.sample_rate", "data.mean", "data.std",
-            "data.pad")
+             "data": {k: a[k] for k in ("n_frames", "n_mels", "sample_rate", "mean", "std", "pad")}}
+    keys = (*birdjepa.config.ENCODER_SHAPING, "data.sample_rate", "data.mean", "data.std", "data.pad")
     birdjepa.config.check_same(saved, cfg, keys=keys,
                                ignore=(*birdjepa.config.ENCODER_FREE, "model.preset"),
                                what=f"init_encoder: {cfg.init_encoder} holds another model")
