@@ -68,17 +68,16 @@ def top_level_deps(name: str, tree: ast.Module, names: set[str]) -> set[str]:
     return deps
 
 
-def test_module_graph_has_no_cycle():
-    mods = modules()
-    graph = {m: top_level_deps(m, t, set(mods)) for m, t in mods.items()}
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of `graph` (node -> the nodes it imports), each as a closed path."""
     state: dict[str, int] = {}
-    cycles = []
+    found = []
 
     def visit(u, path):
         state[u] = 1
-        for v in sorted(graph[u]):
+        for v in sorted(graph.get(u, ())):
             if state.get(v) == 1:
-                cycles.append(path[path.index(v):] + [v])
+                found.append(path[path.index(v):] + [v])
             elif v not in state:
                 visit(v, path + [v])
         state[u] = 2
@@ -86,7 +85,12 @@ def test_module_graph_has_no_cycle():
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
-    assert cycles == []
+    return found
+
+
+def test_module_graph_has_no_cycle():
+    mods = modules()
+    assert cycles({m: top_level_deps(m, t, set(mods)) for m, t in mods.items()}) == []
 
 
 def test_package_graph_has_no_cycle():
@@ -105,22 +109,7 @@ def test_package_graph_has_no_cycle():
         for d in top_level_deps(m, tree, set(mods)):
             if node(d) != node(m):
                 graph.setdefault(node(m), set()).add(node(d))
-    state: dict[str, int] = {}
-    cycles = []
-
-    def visit(u, path):
-        state[u] = 1
-        for v in sorted(graph.get(u, ())):
-            if state.get(v) == 1:
-                cycles.append(path[path.index(v):] + [v])
-            elif v not in state:
-                visit(v, path + [v])
-        state[u] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [m])
-    assert cycles == []
+    assert cycles(graph) == []
     assert graph.get("birdjepa.common", set()) == set()  # the leaf: imports no other package
 
 
