@@ -20,13 +20,13 @@ gives a new manifest, so a new key.
 import dataclasses
 import hashlib
 import json
-import os
 import pathlib
 import sys
 import time
 
 import numpy as np
 
+import birdjepa.common.outputs as outputs
 import birdjepa.data.config
 import birdjepa.data.table as table
 import birdjepa.evaluate.config as config
@@ -94,9 +94,8 @@ def _load(path: pathlib.Path) -> dict[str, np.ndarray]:
 
 def _save(path: pathlib.Path, arrays: dict[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with outputs.replacing(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def files(spec: config.TestSet) -> dict:

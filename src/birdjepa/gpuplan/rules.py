@@ -11,9 +11,9 @@ by our own count, `chosen` (the config's own settings) and `key` (see `plan_key`
 import dataclasses
 import hashlib
 import json
-import os
 import pathlib
 
+import birdjepa.common.outputs as outputs
 import birdjepa.config
 
 HEADROOM = 0.15
@@ -155,9 +155,7 @@ def save(path: str | pathlib.Path, rows: list[dict]) -> None:
     """Write `rows` to the plan file `path` (atomically)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f"{path.suffix}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(validate(rows), indent=1) + "\n")
-    tmp.replace(path)
+    outputs.write_text(path, json.dumps(validate(rows), indent=1) + "\n")
 
 
 def merge(path: str | pathlib.Path, rows: list[dict]) -> None:

@@ -8,6 +8,7 @@ import pathlib
 import time
 import typing
 
+import birdjepa.common.outputs as outputs
 import birdjepa.config
 import birdjepa.config.losses
 import birdjepa.runtime.rundir
@@ -151,9 +152,7 @@ def truncate(path: pathlib.Path, *, after_step: int) -> int:
         return 0
     rows = read(path)
     keep = [r for r in rows if r.get("step", 0) <= after_step]
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
-    os.replace(tmp, path)
+    outputs.write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
     return len(rows) - len(keep)
 
 
