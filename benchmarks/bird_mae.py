@@ -2,7 +2,7 @@
 
 Random weights of the published size (the cost does not depend on the values) under the
 published key names, imported with `birdjepa.models.bird_mae.convert`; then
-`birdjepa.embed(model, (wave, 32000), window_s=5, pool="mean")` on a synthetic recording of
+`birdjepa.embeddings(model, (wave, 32000), window_s=5, pool="mean")` on a synthetic recording of
 5 s per window (mono, 32 kHz: no resampling), once to compile (not counted) and then timed.
 Prints windows per second (wall clock) and the CPU threads JAX had. The machine may be shared:
 run it when nothing else is, and read the numbers as an upper bound on the cost.
@@ -19,10 +19,10 @@ SIZES = {"base": (768, 12, 12), "large": (1024, 24, 16), "huge": (1280, 32, 16)}
 
 
 def random_state_dict(d: int, depth: int, seed: int = 0) -> dict[str, np.ndarray]:
-    import birdjepa.config.architecture as arch
+    import birdjepa.config.architecture
     import birdjepa.models.bird_mae as bird_mae
 
-    cfg = arch.resolve(arch.ModelConfig(preset="bird-mae-base", width=d, depth=depth,
+    cfg = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(preset="bird-mae-base", width=d, depth=depth,
                                         n_heads=SIZES["base"][2] if d == 768 else 16))
     rng = np.random.default_rng(seed)
     return {k: (0.02 * rng.standard_normal(s)).astype(np.float32)
@@ -50,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.windows:
         wave = (0.1 * rng.standard_normal(n * 5 * 32000)).astype(np.float32)
         bs = min(args.batch_size, n)
-        birdjepa.embed(model, (wave[: 5 * 32000 * bs], 32000), pool="mean", batch_size=bs)
+        birdjepa.embeddings(model, (wave[: 5 * 32000 * bs], 32000), pool="mean", batch_size=bs)
         t0, c0 = time.perf_counter(), time.process_time()
-        out = birdjepa.embed(model, (wave, 32000), pool="mean", batch_size=bs)
+        out = birdjepa.embeddings(model, (wave, 32000), pool="mean", batch_size=bs)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert len(out["mean"]) == n
         print(f"{n:5d} windows: {wall:8.2f} s wall, {cpu:8.2f} s CPU, "

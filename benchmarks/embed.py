@@ -1,4 +1,4 @@
-"""Benchmark `birdjepa.embed` on small and long jobs: `python -m benchmarks embed CASE [...]`.
+"""Benchmark `birdjepa.embeddings` on small and long jobs: `python -m benchmarks embed CASE [...]`.
 
 Cases (one per process, so peak RSS is the case's own; run the same command with
 PYTHONPATH=<other checkout>/src to compare two versions: only the public API is used):
@@ -23,14 +23,14 @@ import soundfile
 
 import birdjepa
 import birdjepa.common.cli_args as cli_args
-import birdjepa.config.architecture as arch
+import birdjepa.config.architecture
 import birdjepa.model
 
 SR = 32000
 
 
 def encoder(preset: str) -> birdjepa.model.ViT:
-    cfg = arch.resolve(arch.ModelConfig(preset=preset, compute_dtype="float32", remat="none"))
+    cfg = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(preset=preset, compute_dtype="float32", remat="none"))
     return birdjepa.model.ViT(cfg, n_frames=512, n_mels=128, key=jax.random.key(0))
 
 
@@ -53,7 +53,7 @@ def small(args, tmp: pathlib.Path) -> None:
     enc = encoder("bird-mae-base")
     f = recording(tmp / "r.flac", 30.0)
     t0 = time.perf_counter()
-    out = birdjepa.embed(enc, [f], window_s=5.0, batch_size=args.batch_size)
+    out = birdjepa.embeddings(enc, [f], window_s=5.0, batch_size=args.batch_size)
     dt = time.perf_counter() - t0
     print(f"small: {len(out['row'])} windows, bird-mae-base, batch_size {args.batch_size}: "
           f"{dt:.1f} s")
@@ -64,7 +64,7 @@ def rate(args, tmp: pathlib.Path) -> None:
     n_files = -(-args.n_windows // 12)
     files = [recording(tmp / f"r{i}.flac", 60.0, seed=i) for i in range(n_files)]
     t0 = time.perf_counter()
-    out = birdjepa.embed(enc, files, window_s=5.0)
+    out = birdjepa.embeddings(enc, files, window_s=5.0)
     dt = time.perf_counter() - t0
     n = len(out["row"])
     print(f"rate: {n} windows, {args.preset}, batch_size 64: {dt:.1f} s, {n / dt:.2f} windows/s")
@@ -76,7 +76,7 @@ def memory(args, tmp: pathlib.Path) -> None:
              for i in range(args.files)]
     base = peak_rss_mib()
     t0 = time.perf_counter()
-    out = birdjepa.embed(enc, files, window_s=5.0)
+    out = birdjepa.embeddings(enc, files, window_s=5.0)
     print(f"memory: {args.files} x {args.minutes} min -> {len(out['row'])} windows in "
           f"{time.perf_counter() - t0:.1f} s; peak RSS {peak_rss_mib():.0f} MiB (before "
           f"embedding {base:.0f} MiB)")

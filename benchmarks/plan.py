@@ -5,7 +5,7 @@ step with XLA's GPU compiler on a machine without a GPU:
         --batch_size 256 512 --attention auto --json runs/gpu-plan.json
 
 needs `jax[cuda12]` (same version as the CPU build; `make gpu-plan` sets up `.venv-gpu`). For each
-GPU kind (a target config shipped in birdjepa/gpuplan/targets), config (configs/NAME.toml or a
+GPU kind (a target config shipped in birdjepa/launch/gpuplan/targets), config (configs/NAME.toml or a
 path; or every entry of `--sweep FILE` at its batch per device over `--devices`) and setting of
 the grid (default: the config's own), it compiles `train.step.jit_update` on the abstract state,
 placed on a one-device CUDA topology, and prints a row: XLA's memory analysis (argument, temp,
@@ -42,11 +42,11 @@ import benchmarks.configs  # noqa: E402
 import birdjepa.common.cli_args as cli_args  # noqa: E402
 import birdjepa.config  # noqa: E402
 import birdjepa.config.architecture  # noqa: E402
-import birdjepa.gpuplan.rules as rules  # noqa: E402
-import birdjepa.gpuplan.targets as targets  # noqa: E402
+import birdjepa.launch.gpuplan.rules as rules  # noqa: E402
+import birdjepa.launch.gpuplan.targets as targets  # noqa: E402
+import birdjepa.launch.sweep  # noqa: E402
 import birdjepa.optim  # noqa: E402
 import birdjepa.params  # noqa: E402
-import birdjepa.runtime.launch  # noqa: E402
 import birdjepa.train.flops  # noqa: E402
 import birdjepa.train.step  # noqa: E402
 
@@ -66,7 +66,7 @@ def load_config(name: str) -> birdjepa.config.Config:
 def sweep_configs(path: str, devices: int) -> list[tuple[str, birdjepa.config.Config]]:
     """(run id, entry) of every sweep entry, at its batch per device over `devices` GPUs."""
     out = []
-    for cfg in birdjepa.runtime.launch.resolve(path):
+    for cfg in birdjepa.launch.sweep.resolve(path):
         if cfg.batch_size % devices:
             raise SystemExit(f"error: {cfg.run_id}: batch_size {cfg.batch_size} is not a "
                              f"multiple of --devices {devices}")

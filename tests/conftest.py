@@ -50,7 +50,7 @@ def tiny_corpus(tmp_path_factory, demo_corpus):
 def embed_calls(monkeypatch):
     """Counts calls of the functions that compute log-mel features and embeddings
     (birdjepa.models.inference.features / encode): evaluate's checks must come before them."""
-    import birdjepa.models.inference as embed
+    import birdjepa.models.inference as inference
 
     calls = {"features": 0, "encode": 0}
 
@@ -60,6 +60,6 @@ def embed_calls(monkeypatch):
             return fn(*a, **k)
         return wrapper
 
-    monkeypatch.setattr(embed, "features", counted("features", embed.features))
-    monkeypatch.setattr(embed, "encode", counted("encode", embed.encode))
+    monkeypatch.setattr(inference, "features", counted("features", inference.features))
+    monkeypatch.setattr(inference, "encode", counted("encode", inference.encode))
     return calls

@@ -11,8 +11,8 @@ import pytest
 import soundfile as sf
 
 import birdjepa
+import birdjepa._rs
 import birdjepa.data
-import birdjepa.data.config
 import birdjepa.demo_data.writer as writer
 import birdjepa.models.inference as inference
 
@@ -44,7 +44,7 @@ def test_repeat_pads_with_the_clip_itself_in_the_loader_and_in_embed(short_shard
     "repeat" fills them with the clip from its first frame, in the Rust loader and in the
     Python path of embed alike."""
     shard, waves = short_shard
-    t = birdjepa.data.config.kaldi_frames(2.0)
+    t = birdjepa._rs.kaldi_frames(2.0)
     assert t == 198
     got = {}
     for pad in ("zero", "repeat"):
@@ -176,7 +176,7 @@ def test_a_model_trained_with_noise_says_nothing_here(tmp_path, demo_corpus):
     birdjepa.train.loop.main(birdjepa.runtime.rundir.assign(birdjepa.config.finalize(cfg)))
     m = artifact.open_model(tmp_path / "run")
     assert m.activation == "sigmoid"
-    rows = birdjepa.predict(m, str(tmp_path / "ss"), centre=True, top_k=12, min_conf=0.0)
+    rows = birdjepa.detections(m, str(tmp_path / "ss"), centre=True, top_k=12, min_conf=0.0)
     names = m.classes
     labels = table.read(tmp_path / "ss", ["ebird_code_multilabel"]).column(0).to_pylist()
     p = np.zeros((len(labels), len(names)))

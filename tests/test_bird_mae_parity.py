@@ -1,4 +1,4 @@
-"""Bird-MAE as published (issue 27): `birdjepa.embed` of an imported Bird-MAE equals an independent
+"""Bird-MAE as published (issue 27): `birdjepa.embeddings` of an imported Bird-MAE equals an independent
 reference of the Hugging Face feature extractor and encoder (tests/support/bird_mae_ref.py:
 numpy, kaldi-native-fbank, soxr; nothing from birdjepa) to 1e-4 relative, for clips shorter
 than, exactly and longer than 5 s, mono and stereo, raw arrays and encoded files, at 32 kHz and
@@ -22,7 +22,7 @@ import birdjepa.models
 import birdjepa.models.artifact as artifact
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.inference as inference
-import birdjepa.models.safetensors as st
+import birdjepa.models.safetensors
 
 D, DEPTH, HEADS = 64, 2, 4  # a small Bird-MAE-shaped model: the key names and input matter
 REL = 1e-4
@@ -51,13 +51,13 @@ def weights(tmp_path_factory):
     """(state dict, path of its safetensors file under the published names)."""
     sd = ref.random_state_dict(D, DEPTH, seed=4)
     path = tmp_path_factory.mktemp("bird-mae") / "model.safetensors"
-    st.save({f"model.{k}": v for k, v in sd.items()}, path)
+    birdjepa.models.safetensors.save({f"model.{k}": v for k, v in sd.items()}, path)
     return sd, path
 
 
 @pytest.fixture(scope="module")
 def model(weights):
-    return bird_mae.convert(st.load(weights[1])[0], width=D, depth=DEPTH, n_heads=HEADS)
+    return bird_mae.convert(birdjepa.models.safetensors.load(weights[1])[0], width=D, depth=DEPTH, n_heads=HEADS)
 
 
 def reference(sd, wave_32k: np.ndarray, pool: str = "mean", pad: str = "min") -> np.ndarray:
@@ -76,11 +76,11 @@ def test_embed_equals_the_published_pipeline_at_32k(weights, model, tmp_path, se
     wave = song(seconds, 32000, channels)
     want = reference(sd, ref.to_mono_32k(wave, 32000))
     assert len(want) == int(np.ceil(seconds / 5))
-    got = birdjepa.embed(model, (wave, 32000), window_s=5, pool="mean")["emb_mean"]
+    got = birdjepa.embeddings(model, (wave, 32000), window_s=5, pool="mean")["emb_mean"]
     assert rel(got, want) < REL, rel(got, want)
     # An encoded file takes the Rust clip path: the same.
     sf.write(tmp_path / "a.wav", wave, 32000, subtype="FLOAT")
-    got = birdjepa.embed(model, tmp_path / "a.wav", window_s=5, pool="mean")["emb_mean"]
+    got = birdjepa.embeddings(model, tmp_path / "a.wav", window_s=5, pool="mean")["emb_mean"]
     assert rel(got, want) < REL, rel(got, want)
     # The old zero padding is measurably different: the test can fail.
     assert rel(reference(sd, ref.to_mono_32k(wave, 32000), pad="zero"), want) > 1e-3
@@ -92,7 +92,7 @@ def test_other_rates_are_resampled_by_us(weights, model):
     input settings name soxr HQ's filter. The filter before issue 36 was measurably further."""
     sd, _ = weights
     wave = song(7.0, 48000, 2, seed=1)
-    got = birdjepa.embed(model, (wave, 48000), pool="mean")["emb_mean"]
+    got = birdjepa.embeddings(model, (wave, 48000), pool="mean")["emb_mean"]
     ours = birdjepa.data.audio.resample(wave, 48000, 32000)
     assert rel(got, reference(sd, ours.astype(np.float64))) < REL
     soxr_user = reference(sd, ref.to_mono_32k(wave, 48000))
@@ -105,7 +105,7 @@ def test_other_rates_are_resampled_by_us(weights, model):
 def test_patches_are_the_last_blocks_tokens_unnormed(weights, model):
     sd, _ = weights
     wave = song(3.0, 32000)
-    out = birdjepa.embed(model, (wave, 32000), pool=("mean", "patches"))
+    out = birdjepa.embeddings(model, (wave, 32000), pool=("mean", "patches"))
     want = ref.forward(sd, ref.features(wave)[None], HEADS, "patches")
     assert out["patches"].shape == want.shape == (1, 256, D)
     assert rel(out["patches"], want) < REL
@@ -127,12 +127,12 @@ def test_huge_preset_shapes_and_mapping(tmp_path):
     assert published == 630_342_400  # the README's table: 630.3 M, 2.52 GB in float32
     assert n == published - 1280  # pos_embed's CLS row is folded into our cls token
     sd = ref.random_state_dict(128, 3, seed=5)
-    st.save(sd, tmp_path / "h.safetensors")
-    small = bird_mae.convert(st.load(tmp_path / "h.safetensors")[0], "bird-mae-huge",
+    birdjepa.models.safetensors.save(sd, tmp_path / "h.safetensors")
+    small = bird_mae.convert(birdjepa.models.safetensors.load(tmp_path / "h.safetensors")[0], "bird-mae-huge",
                              width=128, depth=3)
     assert small.cfg.n_heads == 16 and small.cfg.preset == "bird-mae-huge"
     wave = song(4.0, 32000, seed=2)
-    got = birdjepa.embed(small, (wave, 32000), pool="mean")["emb_mean"]
+    got = birdjepa.embeddings(small, (wave, 32000), pool="mean")["emb_mean"]
     want = ref.forward(sd, ref.features(wave)[None], 16, "mean")
     assert rel(got, want) < REL
 
@@ -166,13 +166,13 @@ def test_our_models_keep_zero_padding_and_their_exports_reproduce(tmp_path):
     wave = song(2.0, 32000)
     x = ref.features(wave, pad="zero")[None].astype(np.float32)
     want = np.asarray(enc(jax.numpy.asarray(x)).pooled_bd)
-    got = birdjepa.embed(enc, (wave, 32000))["emb_mean"]
+    got = birdjepa.embeddings(enc, (wave, 32000))["emb_mean"]
     np.testing.assert_allclose(got, want, atol=1e-5)
     # An old export (no pad, window or fbank in config.json).
     d = tmp_path / "export"
     d.mkdir()
     arrays = {k: np.asarray(v) for k, v in bird_mae.leaf_paths(enc).items()}
-    st.save(arrays, d / "encoder.safetensors")
+    birdjepa.models.safetensors.save(arrays, d / "encoder.safetensors")
     meta = {"format": artifact.FORMAT, "version": 1, "model": dataclasses.asdict(cfg),
             "audio": {"sample_rate": 32000, "n_mels": 128, "n_frames": 512, "window_s": 5.0,
                       "mean": -7.2, "std": 4.43}, "head": {"kind": None, "classes": None}}
@@ -180,7 +180,7 @@ def test_our_models_keep_zero_padding_and_their_exports_reproduce(tmp_path):
     m = birdjepa.models.load_export(d)
     assert (m.audio["pad"], m.audio["window"]) == ("zero", "centre")
     assert m.audio["fbank"] == birdjepa.data.audio.FBANK_DEFAULTS
-    np.testing.assert_array_equal(birdjepa.embed(d, (wave, 32000))["emb_mean"], got)
+    np.testing.assert_array_equal(birdjepa.embeddings(d, (wave, 32000))["emb_mean"], got)
     # An fbank we do not compute: one line naming both.
     meta["audio"]["fbank"] = {**birdjepa.data.audio.FBANK_DEFAULTS, "preemph": 0.9}
     (d / "config.json").write_text(json.dumps(meta))
@@ -219,7 +219,7 @@ def test_the_rust_loader_pads_with_the_minimum_too(weights, model, tmp_path):
         blobs.append(buf.getvalue())
     shard = loader_shards.write(tmp_path / "s.arrow", pa.table({"audio": pa.array(
         blobs, pa.binary())}), fmt="file")
-    out = birdjepa.embed(model, shard, centre=True, pool="mean", n_workers=1)
+    out = birdjepa.embeddings(model, shard, centre=True, pool="mean", n_workers=1)
     assert out["row"].tolist() == [0, 1]
     want = np.concatenate([reference(sd, w.astype(np.float64)) for w in waves])
     assert rel(out["emb_mean"], want) < REL, rel(out["emb_mean"], want)

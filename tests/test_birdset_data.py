@@ -19,8 +19,8 @@ import birdjepa.data.pack
 import birdjepa.data.sources
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
-import birdjepa.models.inference as embed
-import birdjepa.runtime.launch
+import birdjepa.launch.sweep
+import birdjepa.models.inference as inference
 
 NAMES = [s.code for s in catalogue.SPECIES]
 
@@ -238,7 +238,7 @@ def test_launch_dry_run_checks_path_only_shards(bs, tmp_path):
     base = birdjepa.config.Config()
     data = dataclasses.replace(base.data, train_shards=bs["train"], eval_shards=bs["test_5s"],
                                label_column="ebird_code_multilabel", crop="events")
-    lines = birdjepa.runtime.launch.check_shards(dataclasses.replace(base, data=data))
+    lines = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
     assert [ok for _, ok in lines] == [True, True], lines
     labels = sorted({c for r in rows_of(bs["train"]) for c in r["ebird_code_multilabel"]})
     assert (f"8 rows in 1 file(s), labels {labels[0]}..{labels[-1]} of n_classes=12, 8/8 audio "
@@ -248,10 +248,10 @@ def test_launch_dry_run_checks_path_only_shards(bs, tmp_path):
         {**r, "audio": {"bytes": None, "path": "/gone/" + os.path.basename(r["filepath"])}}
         for r in rows])
     data = dataclasses.replace(data, train_shards=stale)
-    (line, ok), _ = birdjepa.runtime.launch.check_shards(dataclasses.replace(base, data=data))
+    (line, ok), _ = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
     assert not ok and "none of the 8 audio files checked exists" in line
     data = dataclasses.replace(data, path_map={"/gone": os.path.dirname(rows[0]["filepath"])})
-    (line, ok), _ = birdjepa.runtime.launch.check_shards(dataclasses.replace(base, data=data))
+    (line, ok), _ = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
     assert ok, line
 
 
@@ -259,15 +259,15 @@ def test_embed_features_take_the_segment_rule(bs, tmp_path):
     rows = rows_of(bs["train"])
     seg = [{**r, "start_time": 0.5 * i, "end_time": 0.5 * i + 5.0} for i, r in enumerate(rows)]
     spec = write_rows(tmp_path / "seg" / "data.arrow", seg)
-    w = embed.Windows(centre=True, segment="columns", n_frames=498)
-    got = {int(i): x for xs, ids, _ in embed.features(spec, w, batch_size=4, n_workers=1)
+    w = inference.Windows(centre=True, segment="columns", n_frames=498)
+    got = {int(i): x for xs, ids, _ in inference.features(spec, w, batch_size=4, n_workers=1)
            for x, i in zip(xs, ids, strict=True)}
     assert sorted(got) == list(range(8))
     for i, r in enumerate(seg):
         want = w.normalise(birdjepa.audio.clip(r["audio"]["path"], start_s=r["start_time"]))
         np.testing.assert_allclose(got[i], want, atol=1e-5)
     # Every window of path-only rows (the clip engine) reads the files too.
-    w_all = embed.Windows(hop_s=5.0, n_frames=498)
-    n = sum(len(ids) for _, ids, _ in embed.features(bs["train"], w_all, batch_size=4,
+    w_all = inference.Windows(hop_s=5.0, n_frames=498)
+    n = sum(len(ids) for _, ids, _ in inference.features(bs["train"], w_all, batch_size=4,
                                                      n_workers=1))
     assert n >= 8

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-import birdjepa.runtime.checkpoint as ckpt
+import birdjepa.runtime.checkpoint
 
 
 def make_state(seed: int):
@@ -43,11 +43,11 @@ def test_round_trip_is_bitwise_with_typed_key(tmp_path):
     state = make_state(3)
     loader = {"epoch": 1, "position": 123, "fingerprint": "abc"}
     meta = {"config": {"seed": 3}, "wandb_id": "xyz"}
-    with ckpt.Checkpointer(tmp_path, every=1, keep=2) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=1, keep=2) as c:
         assert c.save(5, state, loader=loader, meta=meta)
         c.wait()
         assert c.latest_step() == 5
-    with ckpt.Checkpointer(tmp_path, every=1, keep=2) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=1, keep=2) as c:
         out = c.restore(make_state(0))
     assert out.step == 5
     assert out.loader == loader
@@ -61,7 +61,7 @@ def test_round_trip_is_bitwise_with_typed_key(tmp_path):
 
 def test_interval_retention_and_force(tmp_path):
     state = make_state(1)
-    with ckpt.Checkpointer(tmp_path, every=3, keep=2) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=3, keep=2) as c:
         saved = [s for s in range(1, 8) if c.save(s, state, loader={}, meta={})]
         assert saved == [3, 6]
         assert c.save(7, state, loader={}, meta={}, force=True)
@@ -71,7 +71,7 @@ def test_interval_retention_and_force(tmp_path):
 
 
 def test_restore_without_checkpoint_names_the_directory(tmp_path):
-    with ckpt.Checkpointer(tmp_path / "empty", every=1, keep=1) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path / "empty", every=1, keep=1) as c:
         assert c.latest_step() is None
         with pytest.raises(FileNotFoundError, match="empty"):
             c.restore(make_state(0))
@@ -79,15 +79,15 @@ def test_restore_without_checkpoint_names_the_directory(tmp_path):
 
 def test_bad_options_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="ckpt_every must be >= 1, got 0"):
-        ckpt.Checkpointer(tmp_path, every=0, keep=1)
+        birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=0, keep=1)
 
 
 SAVER = textwrap.dedent(
     """
     import sys, jax, jax.numpy as jnp
-    import birdjepa.runtime.checkpoint as ckpt
+    import birdjepa.runtime.checkpoint
     path = sys.argv[1]
-    c = ckpt.Checkpointer(path, every=1, keep=3)
+    c = birdjepa.runtime.checkpoint.Checkpointer(path, every=1, keep=3)
     small = {"x": jnp.arange(10.0)}
     if c.latest_step() is None:
         c.save(1, small, loader={"pos": 1}, meta={"step": 1})
@@ -129,7 +129,7 @@ def kill_saver(tmp_path, when):
 @pytest.mark.parametrize("when", ["tmp", 0.0, 0.02, 0.1, 0.3])
 def test_sigkill_mid_save_keeps_a_complete_checkpoint(tmp_path, when):
     ckpt_dir = kill_saver(tmp_path, when)
-    with ckpt.Checkpointer(ckpt_dir, every=1, keep=3) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=3) as c:
         latest = c.latest_step()
         if when == "tmp":
             assert latest == 1, "a save killed before its commit must not count"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_checkpoint import assert_bitwise, make_state
 
-import birdjepa.runtime.checkpoint as ckpt
+import birdjepa.runtime.checkpoint
 import birdjepa.runtime.integrity as integrity
 import birdjepa.runtime.rundir as rundir
 
@@ -32,7 +32,7 @@ def state_of(step: int):
 def template(tmp_path_factory):
     """A directory with intact steps 2, 3, 4 (saved once per module, copied per test)."""
     path = tmp_path_factory.mktemp("template") / "ckpt"
-    with ckpt.Checkpointer(path, every=1, keep=3) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(path, every=1, keep=3) as c:
         for s in STEPS:
             assert c.save(s, state_of(s), loader={"pos": s}, meta={"step": s})
     return path
@@ -109,7 +109,7 @@ def warnings_of(caplog):
 
 def assert_fell_back(ckpt_dir, caplog, *, moved: bool):
     out_meta = None
-    with ckpt.Checkpointer(ckpt_dir, every=1, keep=3, read_only=not moved) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=3, read_only=not moved) as c:
         out = c.restore(state_of(0))
         out_meta = c.read_meta()
         assert c.latest_step() == 3
@@ -133,7 +133,7 @@ def test_corrupt_latest_step_is_set_aside_and_restore_falls_back(ckpt_dir, caplo
     if case in ("bitflip", "array_truncated", "loader_json_garbage"):
         assert "sha256 mismatch" in msg or "bytes," in msg, msg
     # Steps 2 and 3 are intact and a new save goes on from there.
-    with ckpt.Checkpointer(ckpt_dir, every=1, keep=2) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=2) as c:
         assert c.all_steps() == [2, 3]
         assert c.save(4, state_of(4), loader={"pos": 4}, meta={"step": 4})
         c.wait()
@@ -163,8 +163,8 @@ def test_read_only_falls_back_without_moving_anything(ckpt_dir, caplog, case):
 def test_nothing_intact_raises_one_line_naming_every_step(ckpt_dir):
     for s in STEPS:
         bitflip(ckpt_dir / str(s))
-    with ckpt.Checkpointer(ckpt_dir, every=1, keep=3) as c:
-        with pytest.raises(ckpt.CorruptCheckpointError) as e:
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=3) as c:
+        with pytest.raises(birdjepa.runtime.checkpoint.CorruptCheckpointError) as e:
             c.restore(state_of(0))
     msg = str(e.value)
     assert "\n" not in msg and str(ckpt_dir) in msg
@@ -175,8 +175,8 @@ def test_nothing_intact_raises_one_line_naming_every_step(ckpt_dir):
 
 def test_explicit_corrupt_step_raises_and_is_set_aside(ckpt_dir):
     bitflip(ckpt_dir / "4")
-    with ckpt.Checkpointer(ckpt_dir, every=1, keep=3) as c:
-        with pytest.raises(ckpt.CorruptCheckpointError, match=r"step 4 .*\(sha256 mismatch"):
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=3) as c:
+        with pytest.raises(birdjepa.runtime.checkpoint.CorruptCheckpointError, match=r"step 4 .*\(sha256 mismatch"):
             c.restore(state_of(0), step=4)
         assert c.all_steps() == [2, 3]
         assert c.restore(state_of(0), step=2).step == 2
@@ -188,10 +188,10 @@ def test_non_finite_checkpoint_is_corrupt(ckpt_dir, monkeypatch, caplog):
     bad["params"]["w"] = bad["params"]["w"].at[0, 0].set(jnp.nan)
     with monkeypatch.context() as m:
         m.setattr(integrity, "nonfinite_leaf", lambda tree: None)
-        with ckpt.Checkpointer(ckpt_dir, every=1, keep=5) as c:
+        with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=5) as c:
             assert c.save(5, bad, loader={}, meta={"step": 5})
     caplog.set_level(logging.WARNING)
-    with ckpt.Checkpointer(ckpt_dir, every=1, keep=5) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=5) as c:
         assert c.restore(state_of(0)).step == 4
     assert "non-finite values in state['params']['w']" in " ".join(warnings_of(caplog))
 
@@ -200,16 +200,16 @@ def test_save_refuses_a_non_finite_state(tmp_path):
     bad = state_of(1)
     bad["opt"][0].mu["b"] = bad["opt"][0].mu["b"].at[1].set(jnp.inf)
     assert integrity.all_finite(state_of(1)) and not integrity.all_finite(bad)
-    with ckpt.Checkpointer(tmp_path, every=1, keep=2) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=1, keep=2) as c:
         assert c.save(1, state_of(1), loader={}, meta={})
-        with pytest.raises(ckpt.NonFiniteStateError, match=r"step 2 .*mu\['b'\]"):
+        with pytest.raises(birdjepa.runtime.checkpoint.NonFiniteStateError, match=r"step 2 .*mu\['b'\]"):
             c.save(2, bad, loader={}, meta={})
         c.wait()
         assert c.all_steps() == [1]
 
 
 def test_every_save_commits_its_manifest(tmp_path):
-    with ckpt.Checkpointer(tmp_path, every=1, keep=2, async_save=False) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=1, keep=2, async_save=False) as c:
         c.save(1, state_of(1), loader={}, meta={})
         assert integrity.check_files(tmp_path / "1") == (integrity.VERIFIED, "sha256 verified")
         c.save(2, state_of(2), loader={}, meta={})
@@ -218,7 +218,7 @@ def test_every_save_commits_its_manifest(tmp_path):
 
 
 def test_rotation_keeps_the_newest_verified_step(tmp_path, monkeypatch, caplog):
-    with ckpt.Checkpointer(tmp_path, every=1, keep=1) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=1, keep=1) as c:
         c.save(1, state_of(1), loader={}, meta={})
         c.wait()
         monkeypatch.setattr(integrity, "write_manifest", lambda d: 1 / 0)  # steps 2, 3: none
@@ -238,7 +238,7 @@ def test_a_step_copied_under_another_number_is_set_aside(ckpt_dir, caplog):
     the run never trained, and the data stream entered at the wrong place)."""
     shutil.copytree(ckpt_dir / "4", ckpt_dir / "7")
     caplog.set_level(logging.WARNING)
-    with ckpt.Checkpointer(ckpt_dir, every=1, keep=5) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=5) as c:
         out = c.restore(state_of(0))
     assert out.step == 4 and out.loader == {"pos": 4}
     assert "checkpoint step 7" in " ".join(warnings_of(caplog))
@@ -250,10 +250,10 @@ def test_wrong_structure_is_the_callers_error_not_corruption(ckpt_dir):
     like = {**state_of(0), "params": {"w": jnp.zeros((8, 5)), "b": jnp.zeros(4)}}
     as_older_version(ckpt_dir / "3")  # unverified steps too
     for step in (4, 3):
-        with ckpt.Checkpointer(ckpt_dir, every=1, keep=3) as c:
+        with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=3) as c:
             with pytest.raises(Exception) as e:
                 c.restore(like, step=step)
-            assert not isinstance(e.value, ckpt.CorruptCheckpointError)
+            assert not isinstance(e.value, birdjepa.runtime.checkpoint.CorruptCheckpointError)
             assert c.all_steps() == [2, 3, 4]
         del e  # the caller's error holds Orbax's read coroutines: collect them here, quietly
         integrity.collect_failed_reads()
@@ -261,7 +261,7 @@ def test_wrong_structure_is_the_callers_error_not_corruption(ckpt_dir):
 
 def test_unverified_intact_step_restores(ckpt_dir):
     as_older_version(ckpt_dir / "4")
-    with ckpt.Checkpointer(ckpt_dir, every=1, keep=3) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=3) as c:
         out = c.restore(state_of(0))
     assert out.step == 4
     assert_bitwise(out.state, state_of(4))
@@ -277,13 +277,13 @@ i, port, path = int(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
 jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                            process_id=i, initialization_timeout=60, heartbeat_timeout_seconds=30,
                            shutdown_timeout_seconds=30)
-import birdjepa.runtime.checkpoint as ckpt
+import birdjepa.runtime.checkpoint
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 rep = NamedSharding(jax.sharding.Mesh(np.array(jax.devices()), ("d",)), P())
 def state(s):  # global arrays, replicated over both processes' devices
     return jax.jit(lambda: {"w": jnp.full((4, 3), float(s)), "key": jax.random.key(s),
                             "step": jnp.int32(s)}, out_shardings=rep)()
-with ckpt.Checkpointer(path, every=1, keep=2) as c:
+with birdjepa.runtime.checkpoint.Checkpointer(path, every=1, keep=2) as c:
     for s in (1, 2, 3):
         c.save(s, state(s), loader={"pos": s}, meta={"step": s})
     c.wait()
@@ -293,7 +293,7 @@ if i == 0:
     f.write_bytes(f.read_bytes()[::-1])
 import birdjepa.runtime.distributed
 birdjepa.runtime.distributed.barrier("corrupted")
-with ckpt.Checkpointer(path, every=1, keep=2) as c:
+with birdjepa.runtime.checkpoint.Checkpointer(path, every=1, keep=2) as c:
     out = c.restore(state(0))
     print("restored", out.step, float(np.asarray(out.state["w"].addressable_data(0))[0, 0]),
           c.read_meta(), c.latest_step(), flush=True)
@@ -331,7 +331,7 @@ def test_a_checkpoints_identity_is_its_manifest_digest(ckpt_dir, tmp_path):
     before manifests gets the digest of its files' hashes."""
     run = tmp_path / "run"
     shutil.copytree(ckpt_dir, rundir.checkpoints_dir(run))
-    with ckpt.Checkpointer(rundir.checkpoints_dir(run), every=1, keep=3, read_only=True) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(rundir.checkpoints_dir(run), every=1, keep=3, read_only=True) as c:
         digests = {s: c.digest(s) for s in STEPS}
     for s in STEPS:
         manifest = rundir.step_dir(rundir.checkpoints_dir(run), s) / rundir.MANIFEST
@@ -357,7 +357,7 @@ def test_a_failed_read_leaves_no_task_to_log_later(tmp_path, caplog):
     varies (without the fix, 1 to 2 restores in 8 here), so 16 restores; the step's own warning
     is the only word about it."""
     template = tmp_path / "template"
-    with ckpt.Checkpointer(template, every=1, keep=2) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(template, every=1, keep=2) as c:
         for s in (3, 4):
             assert c.save(s, wide_state(s), loader={"pos": s}, meta={"step": s})
     caplog.set_level(logging.WARNING)
@@ -373,7 +373,7 @@ def test_a_failed_read_leaves_no_task_to_log_later(tmp_path, caplog):
             for at in range(len(data) // 8, len(data), len(data) // 8):
                 data[at:at + 64] = bytes(b ^ 0xFF for b in data[at:at + 64])
             f.write_bytes(bytes(data))
-            with ckpt.Checkpointer(ckpt_dir, every=1, keep=2) as c:
+            with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=2) as c:
                 assert c.restore(wide_state(0)).step == 3
             gc.collect()
         time.sleep(1)  # reads still running in tensorstore's threads finish

@@ -15,6 +15,7 @@ import pytest
 import benchmarks.__main__
 import birdjepa.common.cli_args as cli_args
 import birdjepa.config
+import birdjepa.evaluate.config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMANDS = [
@@ -84,7 +85,7 @@ def test_train_bad_value_is_one_line_and_exit_2():
 
 
 MAINS = {
-    "birdjepa.train": "birdjepa.train.cli", "birdjepa.launch": "birdjepa.runtime.launch",
+    "birdjepa.train": "birdjepa.train.cli", "birdjepa.launch": "birdjepa.launch.sweep",
     "birdjepa.evaluate": "birdjepa.evaluate.cli", "birdjepa.evaluate.report":
     "birdjepa.evaluate.report", "birdjepa.embed": "birdjepa.models.embed_cli",
     "birdjepa.predict": "birdjepa.models.detect", "birdjepa.export": "birdjepa.models.artifact",
@@ -129,9 +130,8 @@ def test_errors_are_one_line_and_exit_2(command, argv, message, capsys):
 def test_lists_repeat_their_flag_and_path_maps_take_old_new(tmp_path):
     toml = tmp_path / "e.toml"
     toml.write_text('encoders = ["a"]\n[probe]\nlr = 0.01\n')
-    import birdjepa.evaluate.config as eval_config
     cfg = birdjepa.config.cli(["--cfg", str(toml), "--encoders", "b", "--encoders", "c",
-                               "--shots", "0", "--probe.epochs=3"], eval_config.EvalConfig)
+                               "--shots", "0", "--probe.epochs=3"], birdjepa.evaluate.config.EvalConfig)
     assert (cfg.encoders, cfg.shots, cfg.probe.lr, cfg.probe.epochs) == (("b", "c"), (0,), 0.01, 3)
     cfg = birdjepa.config.cli(["--data.path_map", "/old=/new", "--data.path-map=/a=/b"])
     assert cfg.data.path_map == {"/old": "/new", "/a": "/b"}
@@ -147,13 +147,12 @@ def test_toml_path_map_table_and_the_old_segment_key(tmp_path):
     with pytest.raises(birdjepa.config.ConfigError, match="data.path_map': expected a table of "
                        "strings"):
         birdjepa.config.load(train)
-    import birdjepa.evaluate.config as eval_config
     old = tmp_path / "e.toml"
     old.write_text('test_segment = "columns"\n')
-    assert eval_config.load(str(old)).segment == "columns"
+    assert birdjepa.evaluate.config.load(str(old)).segment == "columns"
     old.write_text('test_segment = "columns"\nsegment = "centre"\n')
     with pytest.raises(birdjepa.config.ConfigError, match="got both"):
-        eval_config.load(str(old))
+        birdjepa.evaluate.config.load(str(old))
 
 
 def test_fail_is_one_line(capsys):

@@ -9,6 +9,7 @@ import pytest
 import submitit.helpers  # noqa: F401  (its logging set-up closes the handlers of
 
 #  pytest's capture when first imported inside a test: import it at collection)
+import birdjepa._rs
 import birdjepa.config as config
 import birdjepa.data.config
 
@@ -300,8 +301,8 @@ def test_local_frames_are_derived_from_local_s_and_never_padded():
     cfg = tiny.tiny_config("lejepa")
     cfg = with_value(with_value(cfg, "data.n_frames", 64), "data.view_window_s", 10.0)
     cfg = with_value(with_value(cfg, "data.n_local", 2), "data.local_s", 0.5)
-    assert birdjepa.data.config.kaldi_frames(5.0) == 498 and birdjepa.data.config.kaldi_frames(2.0) == 198
-    assert birdjepa.data.config.kaldi_frames(0.5) == 48
+    assert birdjepa._rs.kaldi_frames(5.0) == 498 and birdjepa._rs.kaldi_frames(2.0) == 198
+    assert birdjepa._rs.kaldi_frames(0.5) == 48
     assert config.finalize(cfg).data.local_frames == 48  # 48 frames, 3 rows of 16-frame patches
     two_s = config.finalize(with_value(cfg, "data.local_s", 2.0))
     assert two_s.data.local_frames == 64  # 198 frames, at most n_frames=64

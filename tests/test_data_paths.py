@@ -56,3 +56,38 @@ def test_the_evaluation_reader_takes_audio_root_and_path_map(tmp_path):
     assert got == [str(tmp_path / "new" / "a.wav"), "/old/run10/b.wav",
                    os.path.join(tmp_path / "root", "c.wav")]
     assert table.read_audio(str(shard.parent), "audio")[2] == str(shard.parent / "c.wav")
+
+
+def test_which_files_are_read_is_one_rule_in_rust(tmp_path):
+    """Issue 39 item 2: "only a regular file is read" (a FIFO, a device or a directory is
+    refused before anything opens it) and its words were written three times (paths.kind_of,
+    ipc.open_ipc, rust/src/shards/audio_file.rs); Python's readers now ask Rust."""
+    import inspect
+
+    import birdjepa.data.ipc as ipc
+
+    fifo = tmp_path / "a.wav"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.wav"
+    big.write_bytes(b"x" * 2_500_000)
+    kinds = {fifo: "a FIFO (named pipe)", "/dev/zero": "a character device",
+             tmp_path: "a directory"}
+    for path, kind in kinds.items():
+        st = os.stat(path)
+        assert birdjepa._rs.file_kind(st.st_mode) == paths.kind_of(st) == kind
+        with pytest.raises(birdjepa._rs.DatasetError) as e:
+            paths.check_file(path)
+        assert str(e.value) == f"{path}: expected a regular audio file, got {kind}"
+        with pytest.raises(birdjepa._rs.DatasetError) as e:
+            ipc.schema(str(path))
+        assert str(e.value) == (f"{path}: expected a regular file (an Arrow IPC stream or file), "
+                                f"got {kind}")
+    assert birdjepa._rs.file_kind(os.stat(big).st_mode) is None
+    assert paths.check_file(big) == 2_500_000
+    with pytest.raises(birdjepa._rs.DatasetError) as e:
+        paths.read_file(big, max_audio_mb=1.0)
+    assert str(e.value) == (f"{big}: expected at most max_audio_mb=1 MB, got 2.5 MB (raise "
+                            "max_audio_mb to read it)")
+    for module in (paths, ipc):
+        source = inspect.getsource(module)
+        assert "S_ISREG" not in source and "a character device" not in source, module.__name__

@@ -28,9 +28,9 @@ import tiny
 
 import birdjepa.config
 import birdjepa.demo_data
+import birdjepa.launch.job
 import birdjepa.runtime.checkpoint
 import birdjepa.runtime.distributed
-import birdjepa.runtime.job
 import birdjepa.train.loop
 import birdjepa.train.state
 
@@ -51,7 +51,7 @@ def make_cfg(corpus: pathlib.Path, run_dir: pathlib.Path, **overrides):
     return dataclasses.replace(cfg, data=data, distributed=dist)
 
 
-class SlowJob(birdjepa.runtime.job.TrainingJob):
+class SlowJob(birdjepa.launch.job.TrainingJob):
     """A TrainingJob whose step boundary takes `step_s` longer and that records its pid per
     rank, so that tests can signal or kill a process mid-run."""
 

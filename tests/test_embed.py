@@ -1,4 +1,4 @@
-"""`birdjepa.embed` applies exactly the training transform, windows whole recordings, pools, and
+"""`birdjepa.embeddings` applies exactly the training transform, windows whole recordings, pools, and
 reads every kind of source; `audio.decode`/`clip` take paths."""
 
 import jax
@@ -11,7 +11,7 @@ import birdjepa.data
 import birdjepa.data.table as table
 import birdjepa.demo_data
 import birdjepa.model
-import birdjepa.models.inference as embed
+import birdjepa.models.inference as inference
 
 N_FRAMES = 512  # > 498 frames of 5 s: the loader pads, so padding is compared too
 
@@ -37,9 +37,9 @@ def test_centre_windows_equal_the_loader_eval_crop(corpus, encoder):
         batches = list(loader)
     want = np.concatenate([b["data"][b["valid"]] for b in batches])
     rows = np.concatenate([b["index"][b["valid"]] for b in batches])
-    w = embed.Windows(centre=True, n_frames=N_FRAMES)
-    got = list(embed.features(corpus, w, batch_size=4, engine="clip"))  # per window, in Python
-    via_loader = list(embed.features(corpus, w, batch_size=4))
+    w = inference.Windows(centre=True, n_frames=N_FRAMES)
+    got = list(inference.features(corpus, w, batch_size=4, engine="clip"))  # per window, in Python
+    via_loader = list(inference.features(corpus, w, batch_size=4))
     np.testing.assert_array_equal(np.concatenate([g[0] for g in via_loader]), want)
     np.testing.assert_array_equal(np.concatenate([g[1] for g in via_loader]), rows)
     x = np.concatenate([g[0] for g in got])
@@ -48,7 +48,7 @@ def test_centre_windows_equal_the_loader_eval_crop(corpus, encoder):
     np.testing.assert_allclose(x, want, rtol=0, atol=1e-5)
     assert (x[:, 498:] == 0).all() and np.abs(x[:, :498]).sum() > 0
     # ... and the embedding of the loader's batch is embed's.
-    out = embed.embed(encoder, corpus, centre=True, pool=("mean", "patches"), batch_size=4)
+    out = inference.embeddings(encoder, corpus, centre=True, pool=("mean", "patches"), batch_size=4)
     ref = encoder(jax.numpy.asarray(want))
     np.testing.assert_allclose(out["emb_mean"], np.asarray(ref.pooled_bd), atol=1e-4)
     np.testing.assert_allclose(out["patches"], np.asarray(ref.patches_bnd), atol=1e-4)
@@ -58,15 +58,15 @@ def test_sliding_windows_sources_and_pools(corpus, encoder, tmp_path):
     audio = table.audio_bytes(table.read(corpus, ["audio"]))
     info = birdjepa.audio.info(audio[0])
     dur = info["n_frames"] / info["sample_rate"]
-    out = birdjepa.embed(encoder, audio[0], window_s=2.0, hop_s=1.5, pool="cls")
+    out = birdjepa.embeddings(encoder, audio[0], window_s=2.0, hop_s=1.5, pool="cls")
     n = 1 + int(np.ceil((dur - 2.0) / 1.5 - 1e-9))
     assert out["emb_cls"].shape == (n, 32) and (out["row"] == 0).all()
     np.testing.assert_allclose(out["start_s"], np.arange(n) * 1.5, atol=1e-3)
     # Window i equals a clip decoded at its start time, normalised and padded.
-    w = embed.Windows(window_s=2.0, n_frames=N_FRAMES)
+    w = inference.Windows(window_s=2.0, n_frames=N_FRAMES)
     clip = w.normalise(birdjepa.audio.clip(audio[0], start_s=float(out["start_s"][1]),
                                            duration_s=2.0))
-    one = embed.encode(embed.with_pool(encoder, "cls"), [(clip[None], np.zeros(1),
+    one = inference.encode(inference.with_pool(encoder, "cls"), [(clip[None], np.zeros(1),
                                                           np.zeros(1))], ("cls",), batch_size=1)
     np.testing.assert_allclose(out["emb_cls"][1], one["cls"][0], atol=1e-5)
     # A path decodes like its bytes (audio.decode/clip take paths too).
@@ -74,23 +74,23 @@ def test_sliding_windows_sources_and_pools(corpus, encoder, tmp_path):
     path.write_bytes(audio[0])
     np.testing.assert_array_equal(birdjepa.audio.decode(path)[0],
                                   birdjepa.audio.decode(audio[0])[0])
-    by_path = birdjepa.embed(encoder, str(path), window_s=2.0, hop_s=1.5, pool="cls")
+    by_path = birdjepa.embeddings(encoder, str(path), window_s=2.0, hop_s=1.5, pool="cls")
     np.testing.assert_array_equal(by_path["emb_cls"], out["emb_cls"])
     # (wave, sr): resampled whole then cut; the same recording, so close to the bytes' path.
     wave, sr = birdjepa.audio.decode(audio[0])
-    arr = birdjepa.embed(encoder, (wave, sr), window_s=2.0, hop_s=1.5, pool="cls")
+    arr = birdjepa.embeddings(encoder, (wave, sr), window_s=2.0, hop_s=1.5, pool="cls")
     assert arr["emb_cls"].shape == out["emb_cls"].shape
     assert np.corrcoef(arr["emb_cls"].ravel(), out["emb_cls"].ravel())[0, 1] > 0.99
     # Whole shard directories: every recording tiled, rows in order; npz and Arrow output.
-    tiles = birdjepa.embed(encoder, corpus, pool="mean", out=tmp_path / "e.npz")
+    tiles = birdjepa.embeddings(encoder, corpus, pool="mean", out=tmp_path / "e.npz")
     assert set(np.unique(tiles["row"])) == set(range(6))
     assert (np.diff(tiles["row"]) >= 0).all() and len(tiles["row"]) > 6
     with np.load(tmp_path / "e.npz") as z:
         np.testing.assert_array_equal(z["emb_mean"], tiles["emb_mean"])
-    embed.write(tiles, tmp_path / "e.arrow")
+    inference.write(tiles, tmp_path / "e.arrow")
     assert (tmp_path / "e.arrow").stat().st_size > 0
     with pytest.raises(ValueError, match="pool: expected values in"):
-        birdjepa.embed(encoder, audio[0], pool="max")
+        birdjepa.embeddings(encoder, audio[0], pool="max")
 
 
 def test_datasets_source_and_multilabel_column(tmp_path, encoder):
@@ -114,12 +114,12 @@ def test_datasets_source_and_multilabel_column(tmp_path, encoder):
                             "ebird_code_multilabel", 4)
         np.testing.assert_array_equal(y, [[1, 0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 1]])
         assert table.class_names(source, "ebird_code_multilabel") == names
-    a = birdjepa.embed(encoder, loaded, centre=True)
-    b = birdjepa.embed(encoder, tmp_path / "ds", centre=True)
+    a = birdjepa.embeddings(encoder, loaded, centre=True)
+    b = birdjepa.embeddings(encoder, tmp_path / "ds", centre=True)
     np.testing.assert_array_equal(a["emb_mean"], b["emb_mean"])
     # An in-memory Dataset (no Arrow files for the loader) goes through the per-window path.
     assert not ds.cache_files
-    c = birdjepa.embed(encoder, ds, centre=True)
+    c = birdjepa.embeddings(encoder, ds, centre=True)
     np.testing.assert_allclose(c["emb_mean"], a["emb_mean"], atol=1e-4)
     np.testing.assert_array_equal(c["row"], a["row"])
     assert a["emb_mean"].shape == (3, 32)

@@ -14,7 +14,7 @@ import birdjepa
 import birdjepa.audio
 import birdjepa.config.architecture
 import birdjepa.model
-import birdjepa.models.inference as embed
+import birdjepa.models.inference as inference
 
 SR = 32000
 
@@ -59,19 +59,19 @@ def test_embed_reads_arrays_by_the_convention(encoder):
     """Main averaged a (2, n) array over time (a 2-sample clip), used int16 at 32768x the float
     scale and embedded an empty array as one window of silence."""
     x = tone(5.0)
-    ref = embed.embed(encoder, (x, SR))["emb_mean"]
+    ref = inference.embeddings(encoder, (x, SR))["emb_mean"]
     assert ref.shape == (1, 32)
     both = np.stack([x, x])  # (channels, n)
-    np.testing.assert_allclose(embed.embed(encoder, (both, SR), channels_first=True)["emb_mean"],
+    np.testing.assert_allclose(inference.embeddings(encoder, (both, SR), channels_first=True)["emb_mean"],
                                ref, atol=1e-5)
-    np.testing.assert_allclose(embed.embed(encoder, (both.T, SR))["emb_mean"], ref, atol=1e-5)
+    np.testing.assert_allclose(inference.embeddings(encoder, (both.T, SR))["emb_mean"], ref, atol=1e-5)
     with pytest.raises(birdjepa.BadArgumentError, match="channels_first=True"):
-        embed.embed(encoder, (both, SR))
+        inference.embeddings(encoder, (both, SR))
     i16 = np.round(x * 32767).astype(np.int16)  # the same tone at full scale 32768
-    np.testing.assert_allclose(embed.embed(encoder, (i16, SR))["emb_mean"],
-                               embed.embed(encoder, (i16 / 32768, SR))["emb_mean"], atol=1e-6)
+    np.testing.assert_allclose(inference.embeddings(encoder, (i16, SR))["emb_mean"],
+                               inference.embeddings(encoder, (i16 / 32768, SR))["emb_mean"], atol=1e-6)
     with pytest.raises(birdjepa.BadArgumentError, match="expected at least one sample"):
-        embed.embed(encoder, (np.zeros(0, np.float32), SR))
+        inference.embeddings(encoder, (np.zeros(0, np.float32), SR))
 
 
 def wav(seconds: float) -> bytes:
@@ -95,7 +95,7 @@ def test_one_bad_recording_is_a_counted_skip_in_sliding_windows(encoder, tmp_pat
         birdjepa.audio.decode(rows[1])  # the row is really bad: nothing in it decodes
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = embed.embed(encoder, str(path), window_s=5.0, n_workers=1)
+        out = inference.embeddings(encoder, str(path), window_s=5.0, n_workers=1)
     assert sorted(set(out["row"].tolist())) == [0, 2]  # 2 windows each, row 1 skipped
     assert len(out["row"]) == 4
     msgs = [str(w.message) for w in caught if "embed: skipped" in str(w.message)]

@@ -234,16 +234,16 @@ def test_raven_needs_audio_files_and_one_output(run_dir, corpus, tmp_path, capsy
 
 
 def test_predict_in_python_returns_the_rows_the_cli_writes(run_dir, corpus, tmp_path):  # noqa: F811
-    """Item 11: `birdjepa.predict(model, source)` and `load_encoder(..., with_head=True)`."""
-    rows = birdjepa.models.detect.predict(run_dir, corpus / "files", window_s=WINDOW, top_k=2,
+    """Item 11: `birdjepa.detections(model, source)` and `load_encoder(..., with_head=True)`."""
+    rows = birdjepa.models.detect.detections(run_dir, corpus / "files", window_s=WINDOW, top_k=2,
                                           min_conf=0.0)
     assert birdjepa.models.detect.main([str(run_dir), str(corpus / "files"), "--out",
                                   str(tmp_path / "d.parquet"), "--window_s", str(WINDOW),
                                   "--top_k", "2", "--min_conf", "0.0", "--quiet"]) == 0
     assert pq.read_table(tmp_path / "d.parquet").equals(pyarrow.table(rows))
-    assert callable(birdjepa.predict)  # the function (birdjepa.models.detect.predict)
+    assert birdjepa.detections is birdjepa.models.detect.detections
     with pytest.raises(ValueError, match="--top_k: expected an integer >= 1, got 0"):
-        birdjepa.predict(run_dir, corpus / "files", top_k=0)
+        birdjepa.detections(run_dir, corpus / "files", top_k=0)
     enc, cfg, head, classes = birdjepa.models.load_encoder(run_dir, with_head=True)
     m = birdjepa.models.open_model(run_dir)
     assert classes == m.classes == ["0", "1", "2", "3"] and cfg.objective.name == "supervised"
@@ -262,7 +262,7 @@ def _embed(run_dir, source, out):  # noqa: F811
 def test_predict_on_a_dataset_keeps_its_columns_as_embed_does(run_dir, corpus, tmp_path):  # noqa: F811
     """Issue 36 item 6.1: predict on a dataset wrote only `row`, embed every column."""
     emb = _embed(run_dir, corpus / "shards", tmp_path / "e.parquet")
-    det = birdjepa.models.detect.predict(run_dir, corpus / "shards", window_s=WINDOW, top_k=1,
+    det = birdjepa.models.detect.detections(run_dir, corpus / "shards", window_s=WINDOW, top_k=1,
                                          min_conf=0.0)  # one row per window, in window order
     where = [c for c in emb.column_names if not c.startswith("emb_")]
     meta = [c for c in where if c not in birdjepa.models.columns.RESERVED]
@@ -272,11 +272,11 @@ def test_predict_on_a_dataset_keeps_its_columns_as_embed_does(run_dir, corpus, t
 
 
 def test_the_python_api_returns_the_columns_the_cli_writes(run_dir, corpus, tmp_path):  # noqa: F811
-    """Issue 36 item 6.2: `birdjepa.embed` returned `mean`, `start_s` where the CLI wrote
+    """Issue 36 item 6.2: `birdjepa.embeddings` returned `mean`, `start_s` where the CLI wrote
     `emb_mean`, `end_s`, `padded_s`: the same names and values now (plus `row`)."""
     files = sorted(str(p) for p in (corpus / "files").rglob("rec*"))
     cli = _embed(run_dir, corpus / "files", tmp_path / "e.parquet")
-    api = birdjepa.embed(run_dir, files, window_s=WINDOW)
+    api = birdjepa.embeddings(run_dir, files, window_s=WINDOW)
     assert cli.column_names == ["file", "start_s", "end_s", "duration_s", "padded_s", "emb_cls"]
     assert list(api) == ["row", *cli.column_names]
     assert api["file"].tolist() == cli.column("file").to_pylist()
@@ -287,12 +287,12 @@ def test_the_python_api_returns_the_columns_the_cli_writes(run_dir, corpus, tmp_
         zero_copy_only=False)), rtol=1e-5, atol=1e-6)
     # A table source: its row ids and times are the CLI's, centre windows (the loader) too.
     shards = _embed(run_dir, corpus / "shards", tmp_path / "s.parquet")
-    got = birdjepa.embed(run_dir, corpus / "shards", window_s=WINDOW)
+    got = birdjepa.embeddings(run_dir, corpus / "shards", window_s=WINDOW)
     assert set(got) == {"row", "start_s", "end_s", "duration_s", "padded_s", "emb_cls"}
     for c in got:
         np.testing.assert_allclose(np.stack(shards.column(c).to_numpy(zero_copy_only=False)),
                                    got[c], rtol=1e-5, atol=1e-6, err_msg=c)
-    centre = birdjepa.embed(run_dir, corpus / "shards", window_s=WINDOW, centre=True)
+    centre = birdjepa.embeddings(run_dir, corpus / "shards", window_s=WINDOW, centre=True)
     np.testing.assert_array_equal(centre["duration_s"], shards.group_by("row").aggregate(
         [("duration_s", "max")]).sort_by("row").column("duration_s_max").to_numpy())
     np.testing.assert_allclose(centre["end_s"], centre["start_s"] + WINDOW)
@@ -307,18 +307,18 @@ def test_a_relative_dataset_writes_relative_paths(run_dir, corpus, tmp_path):  #
     want = sorted(os.path.join("..", "audio", p.name) for p in d.iterdir())
     emb = _embed(run_dir, tmp_path / "ds", tmp_path / "e.parquet")
     assert sorted(set(emb.column("source_file").to_pylist())) == want
-    det = birdjepa.models.detect.predict(run_dir, tmp_path / "ds", window_s=WINDOW)
+    det = birdjepa.models.detect.detections(run_dir, tmp_path / "ds", window_s=WINDOW)
     assert set(det["source_file"].to_pylist()) <= set(want)
     assert "file" not in emb.column_names and "file" not in det
 
 
 def test_predict_in_python_defaults_to_the_model_clip(run_dir, corpus):  # noqa: F811
-    """Issue 38 item 11: `birdjepa.predict` cut 5 s windows where the command line and
-    `birdjepa.embed` cut the model's clip (here a model whose clip is 1.5 s; the recordings
+    """Issue 38 item 11: `birdjepa.detections` cut 5 s windows where the command line and
+    `birdjepa.embeddings` cut the model's clip (here a model whose clip is 1.5 s; the recordings
     are 2-3 s long)."""
     m = birdjepa.models.open_model(run_dir)
     m = dataclasses.replace(m, audio={**m.audio, "window_s": 1.5})
-    rows = birdjepa.predict(m, corpus / "files", top_k=1, min_conf=0.0)
+    rows = birdjepa.detections(m, corpus / "files", top_k=1, min_conf=0.0)
     first = [s for f, s in zip(rows["file"].to_pylist(), rows["start_s"].to_pylist(), strict=True)
              if f == rows["file"][0].as_py()]
     assert first == [0.0, 1.5]
@@ -348,7 +348,7 @@ def test_window_the_model_cannot_see_is_refused(run_dir, corpus, tmp_path, capsy
         assert message in capsys.readouterr().err
         assert not (tmp_path / "x.parquet").exists()
     with pytest.raises(ValueError, match="--window_s: expected"):
-        birdjepa.embed(run_dir, str(next((corpus / "files").glob("rec*"))),
+        birdjepa.embeddings(run_dir, str(next((corpus / "files").glob("rec*"))),
                        window_s=float(window))
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import birdjepa.evaluate.checks as plan
+import birdjepa.evaluate.checks
 import birdjepa.evaluate.cli
 import birdjepa.evaluate.config as config
 
@@ -103,8 +103,8 @@ def test_class_names_are_matched_by_name_not_position(splits):
     write_split(splits / "train2", "label", [3, 0, 0, 1, 1, 2, 2], names=NAMES + ["d"])
     base = config.EvalConfig(random=("x",), train_shards=str(splits / "train"),
                              test_shards=str(splits / "test"), shots=(1, 0), seeds=(0, 1))
-    (ref,) = plan.build(base)
-    (got,) = plan.build(config.EvalConfig(
+    (ref,) = birdjepa.evaluate.checks.build(base)
+    (got,) = birdjepa.evaluate.checks.build(config.EvalConfig(
         random=("x",), train_shards=str(splits / "train2"), test_shards=str(splits / "test2"),
         shots=(1, 0), seeds=(0, 1)))
     perm = [NAMES.index(c) for c in order]
@@ -126,7 +126,7 @@ def test_several_test_sets_resolve_their_own_splits(splits):
     sets = config.test_sets(cfg)
     assert [t.name for t in sets] == ["HSN", "test"]
     assert all(t.test_label_column == "ebird_code_multilabel" for t in sets)
-    assert [p.spec.name for p in plan.build(cfg)] == ["HSN", "test"]
+    assert [p.spec.name for p in birdjepa.evaluate.checks.build(cfg)] == ["HSN", "test"]
     dup = config.EvalConfig(random=("x",), test_sets=(config.TestSet("A", "x"),) * 2)
     with pytest.raises(config.birdjepa.config.ConfigError, match="distinct names"):
         config.validate(dup)

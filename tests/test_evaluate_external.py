@@ -29,7 +29,7 @@ def _write(enc, source, path, batch_size):
     """What `python -m birdjepa.embed ... --centre --out PATH` writes for a table source, with
     the encoder's own pooling (the one a direct evaluation uses)."""
     pool = enc.cfg.pool
-    e = birdjepa.embed(enc, source, window_s=5.0, centre=True, pool=pool,
+    e = birdjepa.embeddings(enc, source, window_s=5.0, centre=True, pool=pool,
                        batch_size=batch_size)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"row": e["row"], "start_s": e["start_s"],

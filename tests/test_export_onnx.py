@@ -1,5 +1,5 @@
 """ONNX export (`python -m birdjepa.export MODEL --out_dir DIR --format onnx`): onnxruntime on the
-exported graph equals `birdjepa.embed` to 1e-4 relative, for one of our runs (RoPE, registers,
+exported graph equals `birdjepa.embeddings` to 1e-4 relative, for one of our runs (RoPE, registers,
 supervised head) and a Bird-MAE-shaped import (published key names, sincos table, fc_norm mean
 pool), both on the input our transform computes and on the input the model card's recipe
 computes with kaldi-native-fbank alone; the card and config.json state the contract."""
@@ -25,7 +25,7 @@ import birdjepa.models.artifact as artifact
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.inference as inference
 import birdjepa.models.onnx_export as onnx_export
-import birdjepa.models.safetensors as st
+import birdjepa.models.safetensors
 import birdjepa.optim
 import birdjepa.params
 import birdjepa.runtime.checkpoint
@@ -113,7 +113,7 @@ def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
     assert meta["onnx"]["outputs"] == {"embedding": ["batch", 32], "logits": ["batch", 4],
                                        "probabilities": ["batch", 4]}
     card = (out / "README.md").read_text()
-    assert "equals `birdjepa.embed` to 1e-4 relative (tests/" in card
+    assert "equals `birdjepa.embeddings` to 1e-4 relative (tests/" in card
     assert "## ONNX" in card and "(x - (-7.2)) / (2 * 4.43)" in card.replace("fbank", "x")
     # A run whose config names no resampler trained before issue 36: the card names that filter.
     assert meta["audio"]["resampler"] == "rubato-bh2-1024"
@@ -123,7 +123,7 @@ def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
 
     m = artifact.open_model(run_dir)
     x_n = wave(2.5)
-    want = birdjepa.embed(run_dir, (x_n, SR), window_s=1.0)[f"emb_{m.encoder.cfg.pool}"]
+    want = birdjepa.embeddings(run_dir, (x_n, SR), window_s=1.0)[f"emb_{m.encoder.cfg.pool}"]
     assert want.shape == (3, 32)
     emb, logits, probs = sess.run(None, {"fbank": our_input(m, x_n, 1.0)})
     assert rel(emb, want) < 1e-4
@@ -146,7 +146,7 @@ def test_bird_mae_shaped_export_equals_embed_and_the_numpy_reference(tmp_path):
     assert [o.name for o in sess.get_outputs()] == ["embedding"]
     assert "no class head" in (out / "README.md").read_text()
     x_n = wave(7.0, seed=1)  # two 5 s windows; the second is zero-padded, 498 -> 512 frames
-    want = birdjepa.embed(enc, (x_n, SR))["emb_mean"]
+    want = birdjepa.embeddings(enc, (x_n, SR))["emb_mean"]
     fb = our_input(m, x_n, 5.0)
     (emb,) = sess.run(None, {"fbank": fb})
     assert rel(emb, want) < 1e-4
@@ -162,7 +162,7 @@ def test_bird_mae_shaped_export_equals_embed_and_the_numpy_reference(tmp_path):
     t = np.arange(7 * 48000) / 48000
     x48 = (0.3 * np.sin(2 * np.pi * 3000 * t) + 0.2 * np.sin(2 * np.pi * 15400 * t)
            + 0.05 * np.random.default_rng(2).standard_normal(t.size)).astype(np.float32)
-    want48 = birdjepa.embed(enc, (x48, 48000))["emb_mean"]
+    want48 = birdjepa.embeddings(enc, (x48, 48000))["emb_mean"]
     user = soxr.resample(x48, 48000, SR, quality="HQ")
     (emb_card,) = sess.run(None, {"fbank": card_input(user, m.audio, 5.0)})
     assert rel(emb_card, want48) < 1e-3, rel(emb_card, want48)
@@ -184,7 +184,7 @@ def test_bfloat16_model_exports_in_float32(run_dir, tmp_path):
     # Issue 38 item 18: the card claimed 1e-4 against embed; measured 8e-4 to 3e-3 for bf16.
     measured = rel(emb, np.asarray(bf16(jnp.asarray(x)).pooled_bd))  # what embed computes
     assert 1e-4 < measured < onnx["embed_rel_bound"] == 1e-2, measured
-    assert "equals `birdjepa.embed` to 1e-2 relative (embed computes this model in bfloat16" \
+    assert "equals `birdjepa.embeddings` to 1e-2 relative (embed computes this model in bfloat16" \
         in (out / "README.md").read_text()
 
 
@@ -207,11 +207,11 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 @pytest.mark.slow  # 21-172 s: 86 M random parameters converted and run twice
 def test_bird_mae_base_spec_exports(tmp_path):
     sd = test_models_import.random_state_dict(768, 12, seed=2)
-    st.save(sd, tmp_path / "base.safetensors")
+    birdjepa.models.safetensors.save(sd, tmp_path / "base.safetensors")
     spec = f"bird-mae-base:{tmp_path / 'base.safetensors'}"
     assert artifact.main([spec, "--out_dir", str(tmp_path / "onnx"), "--format", "onnx"]) == 0
     x_n = wave(5.0, seed=2)
-    want = birdjepa.embed(spec, (x_n, SR))["emb_mean"]
+    want = birdjepa.embeddings(spec, (x_n, SR))["emb_mean"]
     m = artifact.open_model(spec)
     sess = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
     (emb,) = sess.run(None, {"fbank": our_input(m, x_n, 5.0)})

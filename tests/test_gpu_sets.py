@@ -78,11 +78,11 @@ def test_a_loopback_coordinator_is_refused_on_the_other_hosts():
 def test_launch_dry_run_prints_each_ranks_node_and_gpus():
     """`launch --dry_run --slurm.nodes 2 --slurm.tasks_per_node 2 --slurm.gpus_per_node 4`:
     four ranks, two per node, each driving its half of the node's GPUs."""
-    import birdjepa.runtime.launch as launch
+    import birdjepa.launch.sweep
 
-    lc = launch.LaunchConfig(sweep="x", slurm=launch.SlurmConfig(nodes=2, tasks_per_node=2,
+    lc = birdjepa.launch.sweep.LaunchConfig(sweep="x", slurm=birdjepa.launch.sweep.SlurmConfig(nodes=2, tasks_per_node=2,
                                                                  gpus_per_node=4))
-    lines = launch.layout_lines(lc)
+    lines = birdjepa.launch.sweep.layout_lines(lc)
     assert lines[0].startswith("layout: 2 node(s) x 2 task(s) = 4 JAX process(es); "
                                "coordinator: node 0")
     assert lines[1:] == [
@@ -90,13 +90,13 @@ def test_launch_dry_run_prints_each_ranks_node_and_gpus():
         "layout: rank 1: node 0, local rank 1, GPUs 2,3",
         "layout: rank 2: node 1, local rank 0, GPUs 0,1",
         "layout: rank 3: node 1, local rank 1, GPUs 2,3"]
-    one = launch.LaunchConfig(sweep="x", slurm=launch.SlurmConfig(nodes=2, gpus_per_node=4))
-    assert launch.layout_lines(one)[1:] == ["layout: rank 0: node 0, local rank 0, GPUs 0,1,2,3",
+    one = birdjepa.launch.sweep.LaunchConfig(sweep="x", slurm=birdjepa.launch.sweep.SlurmConfig(nodes=2, gpus_per_node=4))
+    assert birdjepa.launch.sweep.layout_lines(one)[1:] == ["layout: rank 0: node 0, local rank 0, GPUs 0,1,2,3",
                                             "layout: rank 1: node 1, local rank 0, GPUs 0,1,2,3"]
-    cpu = launch.LaunchConfig(sweep="x", slurm=launch.SlurmConfig(tasks_per_node=2))
-    assert launch.layout_lines(cpu)[2] == "layout: rank 1: node 0, local rank 1, CPU"
-    odd = launch.LaunchConfig(sweep="x", slurm=launch.SlurmConfig(tasks_per_node=3,
+    cpu = birdjepa.launch.sweep.LaunchConfig(sweep="x", slurm=birdjepa.launch.sweep.SlurmConfig(tasks_per_node=2))
+    assert birdjepa.launch.sweep.layout_lines(cpu)[2] == "layout: rank 1: node 0, local rank 1, CPU"
+    odd = birdjepa.launch.sweep.LaunchConfig(sweep="x", slurm=birdjepa.launch.sweep.SlurmConfig(tasks_per_node=3,
                                                                   gpus_per_node=4))
-    with pytest.raises(launch.SweepError, match="to divide evenly over its 3 tasks"):
-        launch.layout_lines(odd)
-    assert launch.layout_lines(launch.LaunchConfig(sweep="x", executor="local")) == []
+    with pytest.raises(birdjepa.launch.sweep.SweepError, match="to divide evenly over its 3 tasks"):
+        birdjepa.launch.sweep.layout_lines(odd)
+    assert birdjepa.launch.sweep.layout_lines(birdjepa.launch.sweep.LaunchConfig(sweep="x", executor="local")) == []

@@ -16,8 +16,8 @@ from jax.sharding import PartitionSpec as P
 
 import birdjepa.config
 import birdjepa.config.architecture
-import birdjepa.gpuplan.rules as rules
-import birdjepa.gpuplan.targets as targets
+import birdjepa.launch.gpuplan.rules as rules
+import birdjepa.launch.gpuplan.targets as targets
 import birdjepa.model as model
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

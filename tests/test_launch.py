@@ -12,9 +12,9 @@ import sys
 import pytest
 import submitit  # noqa: F401 - imported before output capture: its logger binds sys.stderr
 
-import birdjepa.gpuplan.rules as rules
 import birdjepa.launch as launch
-import birdjepa.runtime.job
+import birdjepa.launch.gpuplan.rules as rules
+import birdjepa.launch.job
 import birdjepa.runtime.rundir
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -177,7 +177,7 @@ def test_submitting_leaves_no_empty_placeholder_directory(tmp_path, capsys, monk
     monkeypatch.chdir(tmp_path)
     demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}]', name="mine")
-    monkeypatch.setattr(birdjepa.runtime.job, "TrainingJob",
+    monkeypatch.setattr(birdjepa.launch.job, "TrainingJob",
                         lambda cfg: functools.partial(print, cfg.run_id))
     jobs = launch.launch(launch.LaunchConfig(sweep=str(sweep), executor="local",
                                              log_dir=str(tmp_path / "logs"), n_hours=0.1))
@@ -204,7 +204,7 @@ def test_max_parallel_runs_one_after_another_and_reports_each(tmp_path, capsys, 
     monkeypatch.chdir(tmp_path)
     demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3}, {"optim.lr": 3e-3}]')
-    monkeypatch.setattr(birdjepa.runtime.job, "TrainingJob", lambda cfg: _timed_job(
+    monkeypatch.setattr(birdjepa.launch.job, "TrainingJob", lambda cfg: _timed_job(
         tmp_path / f"{cfg.optim.lr}.txt", cfg.optim.lr == 2e-3))
     jobs = launch.launch(launch.LaunchConfig(sweep=str(sweep), executor="local", max_parallel=1,
                                              log_dir=str(tmp_path / "logs"), n_hours=0.1))
@@ -228,7 +228,7 @@ def test_entries_runs_only_the_named_entries_under_their_sweep_ids(tmp_path, cap
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3}, {"optim.lr": 3e-3}]')
     ids = [c.run_id for c in launch.resolve(sweep)]
     ran = []
-    monkeypatch.setattr(birdjepa.runtime.job, "TrainingJob", lambda cfg: ran.append(cfg.run_id))
+    monkeypatch.setattr(birdjepa.launch.job, "TrainingJob", lambda cfg: ran.append(cfg.run_id))
     monkeypatch.setattr(launch, "make_executor", lambda lc, **kw: _InlineExecutor())
     main_out = launch.main(["--sweep", str(sweep), "--executor", "local", "--entries", "2",
                             "--entries", "0"])

@@ -87,13 +87,13 @@ def test_bad_arguments(tmp_path, shards):
         birdjepa.data._DebugLoader([], **SMALL)
     with pytest.raises(bad, match="batch_size: expected >= 1, got 0"):
         birdjepa.data._DebugLoader(shards, **{**SMALL, "batch_size": 0})
-    with pytest.raises(bad, match="n_workers: expected >= 1 or 'auto', got 0"):
+    with pytest.raises(bad, match="n_workers: expected >= 1, got 0"):
         birdjepa.data._DebugLoader(shards, n_workers=0, **SMALL)
     with pytest.raises(bad, match="batch_size: expected a multiple of process_count=3, got 8"):
         birdjepa.data._DebugLoader(shards, process_count=3, **SMALL)
     with pytest.raises(bad, match="process_index: expected < process_count=2, got 2"):
         birdjepa.data._DebugLoader(shards, process_count=2, process_index=2, **SMALL)
-    with pytest.raises(bad, match="mode: expected 'train' or 'eval', got 'test'"):
+    with pytest.raises(bad, match='mode: expected "train" or "eval", got "test"'):
         birdjepa.data._DebugLoader(shards, mode="test", **SMALL)
     with pytest.raises(bad, match='transform: expected "audio" or "debug", got "wav"'):
         birdjepa.data.Loader(shards, batch_size=8, transform="wav")

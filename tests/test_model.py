@@ -7,13 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import birdjepa.config.architecture as model_cfg
+import birdjepa.config.architecture
 import birdjepa.model as model
 
 
-def tiny(**kw) -> model_cfg.ModelConfig:
-    return model_cfg.resolve(
-        model_cfg.ModelConfig(**{"width": 32, "depth": 2, "n_heads": 2, "n_registers": 2, **kw}))
+def tiny(**kw) -> birdjepa.config.architecture.ModelConfig:
+    return birdjepa.config.architecture.resolve(
+        birdjepa.config.architecture.ModelConfig(**{"width": 32, "depth": 2, "n_heads": 2, "n_registers": 2, **kw}))
 
 
 @pytest.mark.parametrize(
@@ -80,8 +80,8 @@ def test_remat_matches(remat):
         g = eqx.filter_jit(eqx.filter_grad(lambda e: jnp.square(e(x).pooled_bd).sum()))(enc)
         outs.append(g.blocks.fc1.w)
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-7)
-    assert model_cfg.resolve(tiny(remat=True)).remat == "block"
-    assert model_cfg.resolve(tiny(remat=False)).remat == "none"
+    assert birdjepa.config.architecture.resolve(tiny(remat=True)).remat == "block"
+    assert birdjepa.config.architecture.resolve(tiny(remat=False)).remat == "none"
 
 
 def reference_attention(q, k, v, n_valid=None):
@@ -152,22 +152,22 @@ def test_bf16_block_takes_norm_statistics_in_float32():
 
 
 def test_presets_and_errors():
-    r = model_cfg.resolve(model_cfg.ModelConfig(preset="vit-s", depth=3))
+    r = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(preset="vit-s", depth=3))
     assert (r.width, r.depth, r.n_heads, r.patch) == (384, 3, 6, (16, 16))
-    assert model_cfg.resolve(model_cfg.ModelConfig(preset="vit-b")).width == 768
+    assert birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(preset="vit-b")).width == 768
     with pytest.raises(ValueError, match=r"model.patch=\(16, 16\) must divide .*\(40, 128\)"):
-        model.ViT(model_cfg.resolve(model_cfg.ModelConfig()), n_frames=40, n_mels=128,
+        model.ViT(birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig()), n_frames=40, n_mels=128,
                   key=jax.random.key(0))
     with pytest.raises(ValueError, match=r"expected a resolved ModelConfig.*unset fields \['patch'"):
-        model.ViT(model_cfg.ModelConfig(), n_frames=32, n_mels=128, key=jax.random.key(0))
+        model.ViT(birdjepa.config.architecture.ModelConfig(), n_frames=32, n_mels=128, key=jax.random.key(0))
     with pytest.raises(ValueError, match="width=30 not divisible by model.n_heads=4"):
-        model_cfg.resolve(model_cfg.ModelConfig(width=30, n_heads=4))
+        birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(width=30, n_heads=4))
     with pytest.raises(ValueError, match=r"model.remat: expected one of .*'dots'.*, got 'all'"):
-        model_cfg.resolve(model_cfg.ModelConfig(remat="all"))
-    r = model_cfg.resolve(model_cfg.ModelConfig(preset="vit-b"))
+        birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(remat="all"))
+    r = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(preset="vit-b"))
     assert (r.compute_dtype, r.remat, r.n_registers) == ("bfloat16", "block", 7)
-    assert model_cfg.resolve(model_cfg.ModelConfig(preset="vit-s")).remat == "dots"
-    assert model_cfg.resolve(model_cfg.ModelConfig()).compute_dtype == "float32"
+    assert birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(preset="vit-s")).remat == "dots"
+    assert birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig()).compute_dtype == "float32"
 
 
 @pytest.mark.parametrize("pos", ["absolute", "rope"])

@@ -1,7 +1,7 @@
 """Models out of a run: export round trip (bitwise, no run directory), `python -m birdjepa.embed`
 on a directory of audio files and on shards (rows, metadata, windows and vectors equal to the
 Python API), `python -m birdjepa.predict` output, the `--help` of every CLI, and a quiet embed
-(`birdjepa.embed` the function after `import birdjepa`: tests/test_public_api.py)."""
+(`birdjepa.embeddings` the function after `import birdjepa`: tests/test_public_api.py)."""
 
 import dataclasses
 import json
@@ -22,7 +22,6 @@ import tiny
 import birdjepa
 import birdjepa.data.table as table
 import birdjepa.demo_data
-import birdjepa.encoder
 import birdjepa.evaluate.config
 import birdjepa.evaluate.runner
 import birdjepa.export
@@ -79,7 +78,7 @@ def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_pa
     copy = tmp_path / "run-copy"
     shutil.copytree(run_dir, copy)
     assert birdjepa.export.main([str(copy), "--out_dir", str(tmp_path / "out")]) == 0
-    want, want_cfg = birdjepa.encoder.load_encoder(copy)
+    want, want_cfg = birdjepa.models.load_encoder(copy)
     src = birdjepa.models.artifact.from_run(copy)
     digest = birdjepa.runtime.integrity.checkpoint_digest(copy, src.info["step"])
     assert src.info["checkpoint_digest"] == digest and len(digest) == 64
@@ -122,7 +121,7 @@ def test_embed_cli_on_audio_files_equals_the_python_api(run_dir, corpus, tmp_pat
     files = sorted(str(p) for p in (corpus / "files").rglob("rec*"))
     assert sorted(set(t.column("file").to_pylist())) == files  # subdirectories searched
     for f in files:
-        ref = birdjepa.embed(run_dir, f, window_s=WINDOW, hop_s=HOP, pool=("mean", "cls"))
+        ref = birdjepa.embeddings(run_dir, f, window_s=WINDOW, hop_s=HOP, pool=("mean", "cls"))
         rows = t.filter(pyarrow.compute.equal(t.column("file"), f))
         np.testing.assert_array_equal(rows.column("start_s").to_numpy(), ref["start_s"])
         np.testing.assert_allclose(rows.column("end_s").to_numpy(), np.minimum(
@@ -137,7 +136,7 @@ def test_embed_cli_on_shards_carries_rows_and_dataset_columns(run_dir, corpus, t
     out = tmp_path / "out"
     birdjepa.models.artifact.export(run_dir, out)
     _embed_cli(out, [corpus / "shards"], tmp_path / "s.npz", "--patches")
-    ref = birdjepa.embed(run_dir, corpus / "shards", window_s=WINDOW, hop_s=HOP,
+    ref = birdjepa.embeddings(run_dir, corpus / "shards", window_s=WINDOW, hop_s=HOP,
                          pool=("cls", "patches"))
     with np.load(tmp_path / "s.npz", allow_pickle=True) as z:
         np.testing.assert_array_equal(z["row"], ref["row"])
@@ -158,7 +157,7 @@ def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
     t = pyarrow.csv.read_csv(tmp_path / "d.csv")
     assert t.column_names == ["file", "start_s", "end_s", "duration_s", "padded_s", "class",
                               "confidence", "class_index"]
-    n_windows = len(birdjepa.embed(run_dir, sorted(
+    n_windows = len(birdjepa.embeddings(run_dir, sorted(
         str(p) for p in (corpus / "files").rglob("rec*")), window_s=WINDOW)["row"])
     assert t.num_rows == 2 * n_windows  # top 2 of every window
     conf = t.column("confidence").to_numpy()
@@ -167,7 +166,7 @@ def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
     where, probs = birdjepa.models.detect.probabilities(
         birdjepa.models.open_model(run_dir), birdjepa.models.recordings.resolve(args.source), args)
     np.testing.assert_allclose(probs.sum(1), 1.0, rtol=1e-5)
-    hi = birdjepa.models.detect.detections(where, probs, ["a", "b", "c", "d"], min_conf=0.3,
+    hi = birdjepa.models.detect.rows(where, probs, ["a", "b", "c", "d"], min_conf=0.3,
                                             top_k=4)
     assert (hi["confidence"].to_numpy() >= 0.3).all()
     assert hi["confidence"].to_numpy().size == (probs >= 0.3).sum()
@@ -194,7 +193,7 @@ def test_help_lists_every_option_and_names_the_module(module, capsys):
 
 def test_embed_of_a_run_directory_logs_no_warning(run_dir, corpus, caplog):
     with caplog.at_level(logging.INFO):
-        out = birdjepa.embed(run_dir, corpus / "shards", window_s=1.0)
+        out = birdjepa.embeddings(run_dir, corpus / "shards", window_s=1.0)
     assert len(out["row"]) > 4
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
@@ -202,9 +201,9 @@ def test_embed_of_a_run_directory_logs_no_warning(run_dir, corpus, caplog):
 @pytest.mark.slow  # 10 s on 2 idle cores, ~50 s on busy ones: two fresh processes import JAX
 def test_embed_is_quiet_and_stays_callable(run_dir, corpus, tmp_path):
     """In a fresh process (as users run it): no library warnings on stderr from
-    `birdjepa.embed(...)` or from `python -m birdjepa.embed`."""
+    `birdjepa.embeddings(...)` or from `python -m birdjepa.embed`."""
     code = ("import birdjepa, sys\n"
-            f"r = birdjepa.embed({str(run_dir)!r}, {str(corpus / 'shards')!r}, window_s=1.0)\n"
+            f"r = birdjepa.embeddings({str(run_dir)!r}, {str(corpus / 'shards')!r}, window_s=1.0)\n"
             "print(sorted(r), len(r['row']))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
@@ -231,7 +230,7 @@ def test_init_encoder_from_an_export_directory(run_dir, tmp_path):
     cfg = tiny.finalize(tiny.tiny_config("probe_only", n_steps=1, run_dir=str(tmp_path / "new"),
                                          init_encoder=str(out), optim=optim))
     birdjepa.train.loop.main(cfg, loaders=tiny.tiny_loaders(cfg))
-    got, _ = birdjepa.encoder.load_encoder(tmp_path / "new")
+    got, _ = birdjepa.models.load_encoder(tmp_path / "new")
     want, _ = birdjepa.load_encoder(out)
     a, b = bird_mae.leaf_paths(got), bird_mae.leaf_paths(want)
     assert all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in b)
@@ -351,7 +350,7 @@ def test_export_refuses_a_run_directory_and_a_file_and_load_encoder_ignores_stal
     (copy / "config.json").write_text((copy / "config.json").read_text().replace(
         '"width": 32', '"width": 48'))  # a stale export would load as another architecture
     got, _ = birdjepa.load_encoder(copy)
-    want, _ = birdjepa.encoder.load_encoder(copy)
+    want, _ = birdjepa.models.load_encoder(copy)
     assert got.cfg == want.cfg and got.cfg.width == 32
     assert birdjepa.models.open_model(copy).source == str(copy)
     assert not birdjepa.models.artifact.is_export(copy)

@@ -12,7 +12,7 @@ import birdjepa.model
 import birdjepa.models
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.inference
-import birdjepa.models.safetensors as st
+import birdjepa.models.safetensors
 
 T, M, P = 512, 128, 16  # Bird-MAE's input (frames, mels) and patch
 
@@ -48,9 +48,9 @@ def fbank():
 @pytest.mark.parametrize("sincos", [False, True])
 def test_converted_encoder_equals_the_reference_forward(tmp_path, fbank, sincos):
     sd = random_state_dict(64, 2, sincos=sincos)
-    st.save({f"model.{k}": v for k, v in sd.items()} | {"decoder_embed.weight": np.ones(3)},
+    birdjepa.models.safetensors.save({f"model.{k}": v for k, v in sd.items()} | {"decoder_embed.weight": np.ones(3)},
             tmp_path / "w.safetensors")
-    enc = bird_mae.convert(st.load(tmp_path / "w.safetensors")[0], width=64, depth=2, n_heads=4)
+    enc = bird_mae.convert(birdjepa.models.safetensors.load(tmp_path / "w.safetensors")[0], width=64, depth=2, n_heads=4)
     assert enc.cfg.pos == ("sincos" if sincos else "absolute")
     assert (enc.pos_embed is None) == sincos
     for pool in ("mean", "cls"):
@@ -65,7 +65,7 @@ def test_converted_encoder_equals_the_reference_forward(tmp_path, fbank, sincos)
 @pytest.mark.slow  # 17-56 s: 86 M random parameters through numpy and JAX
 def test_bird_mae_base_at_full_size(tmp_path, fbank):
     sd = random_state_dict(768, 12, seed=2)
-    st.save(sd, tmp_path / "base.safetensors")
+    birdjepa.models.safetensors.save(sd, tmp_path / "base.safetensors")
     enc = birdjepa.models.load("bird-mae-base", weights=tmp_path / "base.safetensors")
     assert (enc.width, enc.cfg.depth, enc.n_patches) == (768, 12, 256)
     want = reference(sd, fbank[:1], 12)
@@ -86,7 +86,7 @@ def test_conversion_names_every_missing_unexpected_and_misshapen_key(tmp_path):
     assert "unexpected keys ['blocks.0.attn.q_bias']" in msg
     assert "blocks.0.attn.proj.weight: expected (64, 64), got (64, 32)" in msg
     # The real sizes are checked too: a small state dict is not a Bird-MAE-Base.
-    st.save(random_state_dict(64, 2), tmp_path / "small.safetensors")
+    birdjepa.models.safetensors.save(random_state_dict(64, 2), tmp_path / "small.safetensors")
     with pytest.raises(bird_mae.ConversionError, match=r"missing keys \['blocks.2.norm1.weight"):
         birdjepa.models.load("bird-mae-base", weights=tmp_path / "small.safetensors")
     (tmp_path / "w.bin").write_bytes(b"PK\x03\x04 a torch zip")
@@ -99,31 +99,31 @@ def test_safetensors_round_trip_and_bad_files(tmp_path):
 
     arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, -2], np.int64),
               "c": np.array([1.5, -0.25], ml_dtypes.bfloat16), "e": np.zeros((0, 4), np.float16)}
-    st.save(arrays, tmp_path / "x.safetensors", {"k": "v"})
+    birdjepa.models.safetensors.save(arrays, tmp_path / "x.safetensors", {"k": "v"})
     raw = (tmp_path / "x.safetensors").read_bytes()
     n = int.from_bytes(raw[:8], "little")
     assert (8 + n) % 8 == 0 and raw[8:9] == b"{"
-    back, meta = st.load(tmp_path / "x.safetensors")
+    back, meta = birdjepa.models.safetensors.load(tmp_path / "x.safetensors")
     assert meta == {"k": "v"} and sorted(back) == ["a", "b", "c", "e"]
     np.testing.assert_array_equal(back["a"], arrays["a"])
     np.testing.assert_array_equal(back["b"], arrays["b"])
     assert back["c"].dtype == np.float32 and back["c"].tolist() == [1.5, -0.25]
     assert back["e"].shape == (0, 4)
     (tmp_path / "bad.safetensors").write_bytes(raw[: 8 + n + 10])
-    with pytest.raises(st.FormatError, match="tensor 'a': data_offsets"):
-        st.load(tmp_path / "bad.safetensors")
+    with pytest.raises(birdjepa.models.safetensors.FormatError, match="tensor 'a': data_offsets"):
+        birdjepa.models.safetensors.load(tmp_path / "bad.safetensors")
     (tmp_path / "junk.safetensors").write_bytes(b"\xff" * 64)
-    with pytest.raises(st.FormatError, match="header length"):
-        st.load(tmp_path / "junk.safetensors")
+    with pytest.raises(birdjepa.models.safetensors.FormatError, match="header length"):
+        birdjepa.models.safetensors.load(tmp_path / "junk.safetensors")
 
 
 def test_weights_are_checked_for_dtype_and_finiteness(tmp_path):
     """A NaN or an integer tensor is a one-line error naming the tensor (issue 30 item 8)."""
     sd = random_state_dict(64, 2)
     sd["blocks.1.attn.qkv.weight"][3, 5] = np.nan
-    st.save(sd, tmp_path / "nan.safetensors")
-    with pytest.raises(st.FormatError) as e:
-        bird_mae.convert(st.load(tmp_path / "nan.safetensors")[0], width=64, depth=2,
+    birdjepa.models.safetensors.save(sd, tmp_path / "nan.safetensors")
+    with pytest.raises(birdjepa.models.safetensors.FormatError) as e:
+        bird_mae.convert(birdjepa.models.safetensors.load(tmp_path / "nan.safetensors")[0], width=64, depth=2,
                          n_heads=4, what="nan.safetensors")
     assert str(e.value) == ("nan.safetensors: tensor 'blocks.1.attn.qkv.weight': expected "
                             "finite weights in float32, got 1 NaN, infinite or out-of-range "
@@ -131,14 +131,14 @@ def test_weights_are_checked_for_dtype_and_finiteness(tmp_path):
     # Issue 38 item 15: finite as float64, infinite in the float32 model (NaN embeddings, exit 0).
     sd = {k: v.astype(np.float64) for k, v in random_state_dict(64, 2).items()}
     sd["norm.weight"][7] = 1e300
-    st.save(sd, tmp_path / "f64.safetensors")
-    with pytest.raises(st.FormatError, match="tensor 'norm.weight': expected finite weights in "
+    birdjepa.models.safetensors.save(sd, tmp_path / "f64.safetensors")
+    with pytest.raises(birdjepa.models.safetensors.FormatError, match="tensor 'norm.weight': expected finite weights in "
                        "float32, got 1 NaN, infinite or out-of-range value"):
-        bird_mae.convert(st.load(tmp_path / "f64.safetensors")[0], width=64, depth=2,
+        bird_mae.convert(birdjepa.models.safetensors.load(tmp_path / "f64.safetensors")[0], width=64, depth=2,
                          n_heads=4, what="f64.safetensors")
     sd = random_state_dict(64, 2)
     sd["norm.bias"] = np.arange(64, dtype=np.int64)
-    with pytest.raises(st.FormatError, match="tensor 'norm.bias': expected floating-point "
+    with pytest.raises(birdjepa.models.safetensors.FormatError, match="tensor 'norm.bias': expected floating-point "
                        "weights, got dtype int64"):
         bird_mae.convert(sd, width=64, depth=2, n_heads=4)
 
@@ -173,6 +173,6 @@ def test_a_lightning_checkpoint_is_refused_and_its_encoder_prefix_accepted(tmp_p
 def test_malformed_safetensors_headers_are_one_line(tmp_path, header, fault):
     path = tmp_path / "bad.safetensors"
     path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
-    with pytest.raises(st.FormatError) as e:
+    with pytest.raises(birdjepa.models.safetensors.FormatError) as e:
         bird_mae.read_state_dict(path)
     assert str(e.value) == f"{path}: {fault}"

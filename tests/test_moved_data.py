@@ -25,10 +25,10 @@ import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.cli
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.probes as probes
+import birdjepa.launch.sweep
 import birdjepa.models.detect
 import birdjepa.models.embed_cli
 import birdjepa.models.inference as inference
-import birdjepa.runtime.launch
 
 pytestmark = pytest.mark.timeout(240)
 WINDOW = "1.0"
@@ -72,7 +72,7 @@ def test_embed_reads_moved_data_with_path_map_and_names_it_without(run_dir, move
                                           ) == 0
     got = pq.read_table(out)
     # The same vectors as embedding the files where they are now, named one by one.
-    want = inference.embed(run_dir, _train_files(moved), window_s=float(WINDOW),
+    want = inference.embeddings(run_dir, _train_files(moved), window_s=float(WINDOW),
                            pool="mean")
     np.testing.assert_array_equal(got.column("row").to_numpy(), want["row"])
     np.testing.assert_array_equal(np.stack(got.column("emb_mean").to_numpy(zero_copy_only=False)),
@@ -94,12 +94,12 @@ def test_predict_reads_relative_paths_with_audio_root(run_dir, moved, tmp_path, 
     line = _one_line(capsys.readouterr().err)
     assert "none of the 3 path-only audio files" in line and "--audio_root DIR" in line
     assert birdjepa.models.detect.main(args + ["--audio_root", moved["rel_root"]]) == 0
-    rows = birdjepa.predict(run_dir, moved["rel"], window_s=float(WINDOW), min_conf=0.0,
+    rows = birdjepa.detections(run_dir, moved["rel"], window_s=float(WINDOW), min_conf=0.0,
                             audio_root=moved["rel_root"])
     assert sorted(set(rows["row"].to_pylist())) == [0, 1, 2]
     assert out.read_text().count("\n") == len(rows["row"]) + 1
     # birdjepa.predict on the moved BirdSet split takes path_map the same way.
-    got = birdjepa.predict(run_dir, moved["test_5s"], window_s=float(WINDOW), top_k=1,
+    got = birdjepa.detections(run_dir, moved["test_5s"], window_s=float(WINDOW), top_k=1,
                            min_conf=0.0, path_map={moved["old"]: moved["new"]})
     assert sorted(set(got["row"].to_pylist())) == [0, 1, 2, 3]
 
@@ -178,10 +178,10 @@ def test_pack_and_launch_dry_run_resolve_moved_data_the_same_way(moved, tmp_path
     base = birdjepa.config.Config()
     data = dataclasses.replace(base.data, train_shards=moved["train"],
                                eval_shards=moved["test_5s"], label_column="ebird_code_multilabel")
-    lines = birdjepa.runtime.launch.check_shards(dataclasses.replace(base, data=data))
+    lines = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
     assert [ok for _, ok in lines] == [False, False] and "path_map" in lines[0][0], lines
     data = dataclasses.replace(data, path_map={moved["old"]: moved["new"]})
-    lines = birdjepa.runtime.launch.check_shards(dataclasses.replace(base, data=data))
+    lines = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
     assert [ok for _, ok in lines] == [True, True], lines
     assert "12/12 audio files found" in lines[0][0] and "4/4 audio files found" in lines[1][0]
 

@@ -132,10 +132,10 @@ def test_lejepa_probe_sees_the_clean_views():
     """With augmentations on, the probe trains on the un-augmented views (V * B rows)."""
     import dataclasses
 
-    import birdjepa.objectives.augment as aug
+    import birdjepa.objectives.augment
 
     obj, sub, enc, heads, batch = build("lejepa")
-    sub = dataclasses.replace(sub, augment=aug.AugmentConfig(gain=0.3, tilt=0.5, mix=0.5))
+    sub = dataclasses.replace(sub, augment=birdjepa.objectives.augment.AugmentConfig(gain=0.3, tilt=0.5, mix=0.5))
     _, _, emb, target, w = obj.loss(sub, enc, heads, batch, key=jax.random.key(2))
     v, b = batch["data"].shape[:2]
     clean = enc(batch["data"].reshape(v * b, *batch["data"].shape[2:])).pooled_bd

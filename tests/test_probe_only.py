@@ -107,12 +107,12 @@ def test_probe_statistics_follow_the_frozen_embedding():
 
 
 def test_augment_identity_by_default_and_per_view_draws():
-    import birdjepa.objectives.augment as aug
+    import birdjepa.objectives.augment
 
     x = jax.random.uniform(jax.random.key(0), (2, 4, 16, 32), minval=-0.5, maxval=1.5)
-    assert aug.augment_views(aug.AugmentConfig(), x, key=jax.random.key(1)) is x
-    cfg = aug.AugmentConfig(gain=0.3, tilt=0.5, contrast=0.25, lowpass_p=1.0, lowpass_min=0.5)
-    y = np.asarray(aug.augment_views(cfg, x, key=jax.random.key(1)))
+    assert birdjepa.objectives.augment.augment_views(birdjepa.objectives.augment.AugmentConfig(), x, key=jax.random.key(1)) is x
+    cfg = birdjepa.objectives.augment.AugmentConfig(gain=0.3, tilt=0.5, contrast=0.25, lowpass_p=1.0, lowpass_min=0.5)
+    y = np.asarray(birdjepa.objectives.augment.augment_views(cfg, x, key=jax.random.key(1)))
     assert y.shape == x.shape and y.min() >= cfg.floor
     assert not np.allclose(y[0], y[1])  # the two views of a clip are augmented differently
     # lowpass_p = 1: every clip's top bin is at the floor.

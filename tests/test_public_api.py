@@ -11,7 +11,7 @@ import birdjepa.data
 import birdjepa.data.audio
 import birdjepa.data.sources
 import birdjepa.launch
-import birdjepa.runtime.launch
+import birdjepa.launch.sweep
 import birdjepa.sources
 
 
@@ -26,7 +26,7 @@ def test_public_modules_re_export_the_same_functions():
     re-export the functions of their homes: the same objects, every name in __all__."""
     for public, home in ((birdjepa.audio, birdjepa.data.audio),
                          (birdjepa.sources, birdjepa.data.sources),
-                         (birdjepa.launch, birdjepa.runtime.launch)):
+                         (birdjepa.launch, birdjepa.launch.sweep)):
         assert public is not home and public.__all__, public
         for name in public.__all__:
             assert getattr(public, name) is getattr(home, name), (public.__name__, name)
@@ -45,24 +45,55 @@ def test_a_patch_in_the_home_module_reaches_the_package_code(monkeypatch):
     assert birdjepa.audio.decode is original
 
 
-def test_embed_is_the_function_after_import_birdjepa():
-    """`birdjepa.embed(...)` is the documented Python entry: after `import birdjepa` (and every
-    other public module) it is the function; `import birdjepa.embed` (the command line's module)
-    binds the module instead, whose `embed` is that function."""
-    code = ("import birdjepa, birdjepa.audio, birdjepa.sources, birdjepa.launch, birdjepa.data, "
-            "birdjepa.models, birdjepa.evaluate, birdjepa.export, birdjepa.predict\n"
-            "import birdjepa.models.inference as inf\n"
-            "assert birdjepa.embed is inf.embed, birdjepa.embed\n"
-            "import birdjepa.embed\n"
-            "assert birdjepa.embed.embed is inf.embed and callable(birdjepa.embed.main)\n"
-            "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+IMPORT_EVERYTHING = """
+import importlib, pkgutil, sys, types
+import birdjepa
+PUBLIC = [birdjepa, *(importlib.import_module(m) for m in (
+    "birdjepa.data", "birdjepa.models", "birdjepa.evaluate", "birdjepa.launch", "birdjepa.audio",
+    "birdjepa.sources"))]
+before = {(p.__name__, n): getattr(p, n) for p in PUBLIC for n in p.__all__}
+for info in pkgutil.walk_packages(birdjepa.__path__, "birdjepa."):
+    if not info.name.endswith("__main__"):
+        importlib.import_module(info.name)
+changed = [k for k, v in before.items() if getattr(sys.modules[k[0]], k[1]) is not v]
+assert not changed, changed
+assert callable(birdjepa.embeddings) and callable(birdjepa.detections)
+assert isinstance(birdjepa.embed, types.ModuleType) and isinstance(birdjepa.predict, types.ModuleType)
+print(len(before))
+"""
+
+
+def test_importing_every_submodule_leaves_every_public_name_as_it_was():
+    """`import birdjepa, birdjepa.embed` (or any other submodule) leaves every documented public
+    name (each public package's `__all__`, the root's lazy `embeddings`, `detections`,
+    `load_encoder` and exceptions among them) the object it was: no public name is also the name
+    of a submodule. Before, `import birdjepa.embed` turned the function `birdjepa.embed` into the
+    command line's module."""
+    out = subprocess.run([sys.executable, "-c", IMPORT_EVERYTHING], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.split()[-1]) > 40
+
+
+def test_no_public_name_is_also_a_submodule():
+    """The static form of the rule above, for every package (`__all__` against the files): a
+    public name may be a submodule only as that submodule itself."""
+    import importlib
+    import pathlib
+    clashes = []
+    for init in sorted(pathlib.Path(birdjepa.__file__).parent.rglob("__init__.py")):
+        pkg = ".".join(init.parent.relative_to(pathlib.Path(birdjepa.__file__).parents[1]).parts)
+        subs = {p.stem for p in init.parent.glob("*.py")} | {
+            p.name for p in init.parent.iterdir() if (p / "__init__.py").exists()}
+        mod = importlib.import_module(pkg)
+        names = set(getattr(mod, "__all__", ()))
+        clashes += [f"{pkg}.{n}" for n in sorted(names & subs)
+                    if getattr(mod, n) is not importlib.import_module(f"{pkg}.{n}")]
+    assert clashes == []
 
 
 def test_lazy_top_level_names_and_exceptions():
-    assert callable(birdjepa.load_encoder) and callable(birdjepa.embed)
+    assert callable(birdjepa.load_encoder) and callable(birdjepa.embeddings)
     for name in ("AudioError", "DatasetError", "BadArgumentError", "TooManyFailuresError",
                  "StateMismatchError", "LoaderError", "CorruptAudioError"):
         assert issubclass(getattr(birdjepa, name), birdjepa.Error), name

@@ -186,7 +186,7 @@ def test_changing_n_steps_is_refused_and_extend_keeps_the_learning_rate_continuo
 @pytest.mark.slow
 def test_run_ids_are_per_directory_and_kept(tmp_path):
     """Item 5: main gave --run_dir=a and --run_dir=b (one config) the same id."""
-    import birdjepa.runtime.checkpoint as ckpt
+    import birdjepa.runtime.checkpoint
     import birdjepa.runtime.rundir as rundir
 
     cfg = tiny.tiny_config(n_steps=1, run_id="")
@@ -196,7 +196,7 @@ def test_run_ids_are_per_directory_and_kept(tmp_path):
         _, out = stdout_of(birdjepa.train.loop.main, c, loaders=tiny.tiny_loaders)
         ids[name] = rundir.kept_run_id(tmp_path / name)
         assert f"run {ids[name]} -> {tmp_path / name}" in out
-        with ckpt.Checkpointer(tmp_path / name / "checkpoints", every=1, keep=1,
+        with birdjepa.runtime.checkpoint.Checkpointer(tmp_path / name / "checkpoints", every=1, keep=1,
                                read_only=True) as c:
             assert c.read_meta()["wandb_id"] == ids[name]  # wandb's id follows the directory
     assert ids["a"] != ids["b"] and ids["a"] != rundir.default_run_id(cfg)

@@ -9,7 +9,7 @@ import pytest
 
 import birdjepa.models
 import birdjepa.models.bird_mae as bird_mae
-import birdjepa.models.safetensors as st
+import birdjepa.models.safetensors
 
 
 def write(path, header, data: bytes = b"") -> None:
@@ -20,8 +20,8 @@ def write(path, header, data: bytes = b"") -> None:
 
 def fault(path) -> str:
     """The one-line FormatError message of loading `path`, without the file name."""
-    with pytest.raises(st.FormatError) as e:
-        st.load(path)
+    with pytest.raises(birdjepa.models.safetensors.FormatError) as e:
+        birdjepa.models.safetensors.load(path)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"{path}: "), msg
     return msg.removeprefix(f"{path}: ")
@@ -58,7 +58,7 @@ def test_more_dimensions_than_numpy_allows_are_refused(tmp_path):
     (f32([2], [0, 8.0]), "data_offsets: expected [begin, end], got [0, 8.0]"),
     (f32([2], [False, 8]), "data_offsets: expected [begin, end], got [False, 8]"),
     ({"dtype": ["F32"], "shape": [2], "data_offsets": [0, 8]},
-     "dtype ['F32'] not one of " + str(sorted(st.DTYPES))),
+     "dtype ['F32'] not one of " + str(sorted(birdjepa.models.safetensors.DTYPES))),
 ])
 def test_bad_numbers_and_types_in_an_entry_are_refused(tmp_path, entry, message):
     path = tmp_path / "bad.safetensors"
@@ -112,11 +112,11 @@ def test_tensors_in_any_order_of_offsets_load(tmp_path):
     data = np.arange(5, dtype=np.float32).tobytes()
     write(path, {"__metadata__": {"format": "pt"}, "a": f32([3], [8, 20]),
                  "z": f32([0, 7], [8, 8]), "b": f32([2], [0, 8])}, data)
-    arrays, meta = st.load(path)
+    arrays, meta = birdjepa.models.safetensors.load(path)
     assert meta == {"format": "pt"} and arrays["z"].shape == (0, 7)
     assert arrays["a"].tolist() == [2, 3, 4] and arrays["b"].tolist() == [0, 1]
-    st.save({"x": np.zeros((0,), np.float32)}, tmp_path / "empty.safetensors")
-    assert st.load(tmp_path / "empty.safetensors")[0]["x"].shape == (0,)
+    birdjepa.models.safetensors.save({"x": np.zeros((0,), np.float32)}, tmp_path / "empty.safetensors")
+    assert birdjepa.models.safetensors.load(tmp_path / "empty.safetensors")[0]["x"].shape == (0,)
 
 
 def test_a_header_over_the_limit_names_the_limit(tmp_path):
@@ -133,8 +133,8 @@ def test_a_directory_is_refused_as_a_directory(tmp_path):
     d = tmp_path / "weights.safetensors"
     d.mkdir()
     assert fault(d) == "expected a .safetensors file, got a directory"
-    with pytest.raises(st.FormatError) as e:
+    with pytest.raises(birdjepa.models.safetensors.FormatError) as e:
         birdjepa.models.load("bird-mae-base", weights=d)
     assert str(e.value) == f"{d}: expected a .safetensors file, got a directory"
-    with pytest.raises(st.FormatError, match="got a directory"):
+    with pytest.raises(birdjepa.models.safetensors.FormatError, match="got a directory"):
         bird_mae.read_state_dict(d)

@@ -314,10 +314,12 @@ impl ClipWorker {
             .compute_into(&self.wave, &mut feats.data)
             .map_err(|e| match e {
                 Error::BadArgument {
-                    name: "wave",
+                    name,
                     expected,
                     actual,
-                } => Error::corrupt(format!("resampled wave: expected {expected}, got {actual}")),
+                } if name == "wave" => {
+                    Error::corrupt(format!("resampled wave: expected {expected}, got {actual}"))
+                }
                 e => e,
             })?;
         if let Some(i) = first_bad_sample(&feats.data, f32::MAX) {

@@ -16,7 +16,7 @@ pub enum Error {
     /// A caller passed a value outside its domain.
     #[error("bad argument {name}: expected {expected}, got {actual}")]
     BadArgument {
-        name: &'static str,
+        name: std::borrow::Cow<'static, str>,
         expected: String,
         actual: String,
     },
@@ -66,13 +66,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// `bad argument NAME: expected EXPECTED, got ACTUAL`: `name` is a setting's name or, for a
+    /// value inside one, its path (`path_map./a`).
     pub fn bad_argument(
-        name: &'static str,
+        name: impl Into<std::borrow::Cow<'static, str>>,
         expected: impl std::fmt::Display,
         actual: impl std::fmt::Display,
     ) -> Self {
         Error::BadArgument {
-            name,
+            name: name.into(),
             expected: expected.to_string(),
             actual: actual.to_string(),
         }

@@ -1,5 +1,6 @@
 """Type stubs for the Rust extension `birdjepa._rs`. Keep in step with rust/src/python/."""
 
+import os
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,18 @@ def _resolve_audio_path(stored: str, shard_dir: str, audio_root: str = "",
                         path_map: dict[str, str] | None = None) -> str:
     """The file a stored audio path resolves to by the loader's rule (for the parity test with
     birdjepa.data.paths.resolve)."""
+
+def file_kind(st_mode: int) -> str | None:
+    """The rule "only a regular file is read": None for a regular file, else what a file of
+    `st_mode` is, in words ("a FIFO (named pipe)", "a character device", "a directory", ...)."""
+
+def check_audio_file(path: str | os.PathLike, st_mode: int, st_size: int,
+                     max_audio_mb: float) -> None:
+    """A DatasetError naming `path` unless a file of `st_mode` and `st_size` bytes is a regular
+    file of at most `max_audio_mb` MB (<= 0: no bound): which audio files the loader reads."""
+
+def check_shard_file(path: str | os.PathLike, st_mode: int) -> None:
+    """A DatasetError naming `path` unless a file of `st_mode` is a regular file (a shard)."""
 
 # --- audio (rust/src/python/audio.rs) ---
 
@@ -106,6 +119,20 @@ class Loader:
 
 def loader_config_defaults() -> str:
     """JSON of the Rust LoaderConfig::default(): the names and defaults of every setting."""
+
+def check_loader_settings(config: str) -> dict[str, Any]:
+    """Parse `config` (JSON of birdjepa.data.LoaderConfig, run arguments optional) and check every
+    setting: the one check of each (a BadArgumentError `bad argument NAME: expected ..., got
+    VALUE`, also for a wrong type or an unknown name). Returns what is derived from them:
+    {"local_frames": the frames of a local view (`local_frames`, or local_s's, at most
+    n_frames)}."""
+
+def kaldi_frames(seconds: float) -> int:
+    """Kaldi's frame count of `seconds` of audio (25 ms frames every 10 ms, snip edges): 498 for
+    5 s, 198 for 2 s; at least 1. The loader's count."""
+
+MAX_WINDOW_S: float
+"""The longest view_window_s, seconds."""
 
 def train_indices(
     n_rows: int, seed: int, block_size: int, shuffle_window: int, start: int, count: int

@@ -14,7 +14,7 @@ import time
 import jax
 import numpy as np
 
-import birdjepa.runtime.job
+import birdjepa.launch.job
 import birdjepa.runtime.preemption
 import birdjepa.train.cli
 import birdjepa.train.run
@@ -165,9 +165,9 @@ def losses(run_dir) -> tuple[list[int], list[float]]:
 
 def final_state(run_dir, step: int | None = None):
     """The restored train state of a run's latest (or `step`) checkpoint, as numpy leaves."""
-    import birdjepa.encoder
+    import birdjepa.models.artifact
 
-    restored, _, _ = birdjepa.encoder.restore_state(run_dir, step=step)
+    restored, _, _ = birdjepa.models.artifact.restore_state(run_dir, step=step)
     return restored
 
 
@@ -225,8 +225,8 @@ class HeldTrainLoader:
         return getattr(self.loader, name)
 
 
-class HoldUntilPreempted(birdjepa.runtime.job.TrainingJob):
-    """`birdjepa.runtime.job.TrainingJob` whose first attempt holds before step `hold_at` + 1 until the
+class HoldUntilPreempted(birdjepa.launch.job.TrainingJob):
+    """`birdjepa.launch.job.TrainingJob` whose first attempt holds before step `hold_at` + 1 until the
     preemption flag is raised; its `checkpoint()` requeues a plain TrainingJob."""
 
     def __init__(self, cfg, hold_at: int):
@@ -260,7 +260,7 @@ class HoldUntilPreempted(birdjepa.runtime.job.TrainingJob):
     def checkpoint(self, *args, **kwargs):
         import submitit.helpers
 
-        return submitit.helpers.DelayedSubmission(birdjepa.runtime.job.TrainingJob(self.cfg))
+        return submitit.helpers.DelayedSubmission(birdjepa.launch.job.TrainingJob(self.cfg))
 
 
 def split_run(cfg, run_dir, *, at: int, n_devices: int = 1, sig=signal.SIGUSR2) -> int:

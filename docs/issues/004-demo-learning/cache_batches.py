@@ -6,11 +6,11 @@ import time
 
 import numpy as np
 
-import birdjepa.data as D
+import birdjepa.data
 
 n_batches, n_views, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 t = time.time()
-tr = D.Loader("data/demo/train", mode="train", batch_size=32, n_views=n_views, seed=0, n_workers=2)
+tr = birdjepa.data.Loader("data/demo/train", mode="train", batch_size=32, n_views=n_views, seed=0, n_workers=2)
 xs, ys = [], []
 for i, b in enumerate(tr):
     if i == n_batches:
@@ -18,7 +18,7 @@ for i, b in enumerate(tr):
     xs.append(b["data"].astype(np.float16))
     ys.append(b["target"])
 tr.close()
-ev = D.Loader("data/demo/eval", mode="eval", batch_size=48, seed=0, n_workers=2)
+ev = birdjepa.data.Loader("data/demo/eval", mode="eval", batch_size=48, seed=0, n_workers=2)
 ex, ey, ev_ = [], [], []
 for b in ev:
     ex.append(b["data"].astype(np.float16))

@@ -15,15 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import birdjepa.config as C
-import birdjepa.train.state as S
-import birdjepa.train.step as T
+import birdjepa.config
+import birdjepa.train.state
+import birdjepa.train.step
 
 cache = np.load(sys.argv[1])
-cfg = C.finalize(C.cli(sys.argv[2:]))
-mesh = S.make_mesh(1)
-state, static, tx = S.init_state(cfg, mesh)
-upd = jax.jit(functools.partial(T.update, static=static, tx=tx, cfg=cfg), donate_argnums=0)
+cfg = birdjepa.config.finalize(birdjepa.config.cli(sys.argv[2:]))
+mesh = birdjepa.train.state.make_mesh(1)
+state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
+upd = jax.jit(functools.partial(birdjepa.train.step.update, static=static, tx=tx, cfg=cfg), donate_argnums=0)
 x, y = cache["x"], cache["y"]
 ex, ey = cache["ex"].astype(np.float32), cache["ey"]
 V = cfg.data.n_views
@@ -78,7 +78,7 @@ accs = []
 for step in range(cfg.n_steps):
     xb = x[step % len(x)][:V].astype(np.float32)
     b = {"data": xb if V > 1 else xb[0], "target": y[step % len(y)]}
-    state, mt = upd(state, S.shard_batch(b, cfg, mesh))
+    state, mt = upd(state, birdjepa.train.state.shard_batch(b, cfg, mesh))
     accs.append(float(mt["probe_acc"]))
     if (step + 1) % 50 == 0:
         print(

@@ -13,7 +13,7 @@ import test_models_import as t
 import birdjepa.models
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.inference
-import birdjepa.models.safetensors as st
+import birdjepa.models.safetensors
 
 x = np.random.default_rng(1).standard_normal((2, t.T, t.M)).astype(np.float32)
 for d, depth, heads, name in [(64, 2, 4, None), (768, 12, 12, "bird-mae-base")]:
@@ -21,7 +21,7 @@ for d, depth, heads, name in [(64, 2, 4, None), (768, 12, 12, "bird-mae-base")]:
         sd = t.random_state_dict(d, depth, seed=2, sincos=sincos)
         if name:
             with tempfile.TemporaryDirectory() as tmp:
-                st.save(sd, f"{tmp}/w.safetensors")
+                birdjepa.models.safetensors.save(sd, f"{tmp}/w.safetensors")
                 enc = birdjepa.models.load(name, weights=f"{tmp}/w.safetensors")
         else:
             enc = bird_mae.convert(sd, width=d, depth=depth, n_heads=heads)

@@ -1,4 +1,4 @@
-"""Before/after of issue 27: `birdjepa.embed(<Bird-MAE-Base on random weights>, (wave, sr),
+"""Before/after of issue 27: `birdjepa.embeddings(<Bird-MAE-Base on random weights>, (wave, sr),
 window_s=5, pool="mean")` against the independent reference of the published pipeline
 (tests/support/bird_mae_ref.py: kaldi-native-fbank, min padding, float64 forward).
 
@@ -43,7 +43,7 @@ def main() -> int:
         n = ref.SR * 5
         k = 1 + max(0, -(-(len(w32) - n) // n))
         want = ref.forward(sd, np.stack([ref.features(w32[i * n:]) for i in range(k)]), heads)
-        got = np.asarray(birdjepa.embed(model, (wave, sr), window_s=5, pool="mean")["emb_mean"],
+        got = np.asarray(birdjepa.embeddings(model, (wave, sr), window_s=5, pool="mean")["emb_mean"],
                          np.float64)
         rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
         cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)

@@ -36,7 +36,7 @@ def main(minutes: float) -> None:
             pass
         print(f"features only: peak {max(samples):.0f} MiB (start {base:.0f} MiB)")
         samples.clear()
-        birdjepa.embed(enc, [f], window_s=5.0)
+        birdjepa.embeddings(enc, [f], window_s=5.0)
         done.set()
         t.join()
         print(f"embed: peak {max(samples):.0f} MiB, after {rss_mib():.0f} MiB")

@@ -2,12 +2,12 @@
 
     PYTHONPATH=src python docs/issues/020-gpu-plan/table.py [runs/gpu-plan.json]
 
-every compiled row, then the plan's pick per config and GPU kind (birdjepa.gpuplan.rules.choose
+every compiled row, then the plan's pick per config and GPU kind (birdjepa.launch.gpuplan.rules.choose
 over the batches planned)."""
 
 import sys
 
-import birdjepa.gpuplan.rules as rules
+import birdjepa.launch.gpuplan.rules as rules
 
 NAMES = {"h100": "H100 80GB", "h200": "H200 141GB", "a100-80g": "A100 80GB", "l40s": "L40S 48GB"}
 

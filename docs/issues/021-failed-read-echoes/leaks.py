@@ -16,7 +16,7 @@ import time
 
 import jax.numpy as jnp
 
-import birdjepa.runtime.checkpoint as ckpt
+import birdjepa.runtime.checkpoint
 import birdjepa.runtime.integrity as integrity
 import birdjepa.runtime.rundir as rundir
 
@@ -41,7 +41,7 @@ def main(raw: bool) -> None:
         integrity.collect_failed_reads = lambda: None
         integrity._ECHOES.filter = lambda record: True
     tmp = pathlib.Path(tempfile.mkdtemp())
-    with ckpt.Checkpointer(tmp / "template", every=1, keep=2) as c:
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp / "template", every=1, keep=2) as c:
         for s in (3, 4):
             c.save(s, wide_state(s), loader={"pos": s}, meta={"step": s})
     per_restore = []
@@ -55,7 +55,7 @@ def main(raw: bool) -> None:
             data[at:at + 64] = bytes(b ^ 0xFF for b in data[at:at + 64])
         f.write_bytes(bytes(data))
         before = len(records), len(unraisable)
-        with ckpt.Checkpointer(d, every=1, keep=2) as c:
+        with birdjepa.runtime.checkpoint.Checkpointer(d, every=1, keep=2) as c:
             assert c.restore(wide_state(0)).step == 3
         gc.collect()
         per_restore.append((len(records) - before[0], len(unraisable) - before[1]))

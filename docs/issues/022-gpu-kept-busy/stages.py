@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-import birdjepa._rs as rs
+import birdjepa._rs
 import birdjepa.data
 import birdjepa.data.ipc
 
@@ -24,14 +24,14 @@ def main(shards: str) -> None:
     picked = rng.choice(len(rows), min(200, len(rows)), replace=False)
     for i in picked:
         b = rows[i]
-        info = rs.info(b)
+        info = birdjepa._rs.info(b)
         start = float(rng.random()) * max(0.0, (info["n_frames"] or 0) / info["sample_rate"] - 6)
         t0 = time.process_time()
-        w, sr, _, _ = rs.decode(b, start_s=start, duration_s=6.0)
+        w, sr, _, _ = birdjepa._rs.decode(b, start_s=start, duration_s=6.0)
         t1 = time.process_time()
-        w = rs.resample(w, sr, 32000) if sr != 32000 else w
+        w = birdjepa._rs.resample(w, sr, 32000) if sr != 32000 else w
         t2 = time.process_time()
-        rs.fbank(w)
+        birdjepa._rs.fbank(w)
         t3 = time.process_time()
         acc["decode"] += t1 - t0
         acc["resample"] += t2 - t1

@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 import benchmarks.peer_vit
 import birdjepa.config
-import birdjepa.gpuplan.targets as targets
+import birdjepa.launch.gpuplan.targets as targets
 import birdjepa.optim
 import birdjepa.params
 import birdjepa.train.flops

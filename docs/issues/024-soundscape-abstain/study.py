@@ -26,9 +26,9 @@ import pyarrow as pa
 import soundfile
 
 import birdjepa.evaluate.metrics as metrics
-import birdjepa.models.artifact as export
+import birdjepa.models.artifact
 import birdjepa.models.detect as detect
-import birdjepa.models.recordings as runner
+import birdjepa.models.recordings
 
 THRESHOLDS = (0.1, 0.3, 0.5, 0.8, 0.9)
 
@@ -38,7 +38,7 @@ def head_probs(m, source, *, centre: bool) -> tuple[dict, np.ndarray]:
                               activation="auto", batch_size=64, n_workers=2,
                               audio_column="audio", quiet=True, out=None, out_dir=None,
                               format="table", audio_root="", path_map=None)
-    src = runner.resolve([str(source)], "audio")
+    src = birdjepa.models.recordings.resolve([str(source)], "audio")
     return detect.probabilities(m, src, args)
 
 
@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("run_dir")
     p.add_argument("--soundscape", default="data/demo/soundscape")
     a = p.parse_args()
-    m = export.open_model(a.run_dir)
+    m = birdjepa.models.artifact.open_model(a.run_dir)
     where, probs = head_probs(m, a.soundscape, centre=True)
     # A head with an explicit "noise" class (the last): the birds' probabilities are the rest.
     birds = [i for i, c in enumerate(m.classes) if c != "noise"]

@@ -13,11 +13,13 @@ pub enum Mode {
     Eval,
 }
 
-/// Every loader setting and run argument. The Python twin is `birdjepa.data.LoaderConfig` (the
-/// settings) plus the Loader's run arguments (`RUN_ARGS` in src/birdjepa/data/config.py); a test
-/// asserts the same names, defaults and error messages on both sides. Python declares and checks
-/// each setting once; these checks are the boundary's guard. The binding reads it as JSON, so
-/// adding a setting is one field here and one there.
+/// Every loader setting and run argument. Declared twice, each side in its own types: here and in
+/// `birdjepa.data.LoaderConfig` (the settings, with the docstrings users read) plus the Loader's
+/// run arguments (`RUN_ARGS` in src/birdjepa/data/config.py); a test asserts the same names and
+/// defaults. Checked once, here: [`LoaderConfig::from_json`] the types,
+/// [`LoaderConfig::check_settings`] every rule of a setting (Python's `LoaderConfig.check` calls
+/// it through `_rs.check_loader_settings`), [`LoaderConfig::validate`] those of the run and the
+/// dataset. Adding a setting is one field here, one there, and its rule in `check_settings`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoaderConfig {
@@ -60,9 +62,9 @@ pub struct LoaderConfig {
     pub n_local: usize,
     /// Duration of a local crop, seconds (0 < local_s <= clip_s).
     pub local_s: f64,
-    /// Frames of a local view in the batch (cut or padded like `n_frames`); 0 is unset (Python's
-    /// None: it sends the value derived from `local_s`), an error with `n_local > 0`.
-    pub local_frames: usize,
+    /// Frames of a local view in the batch; None (unset): `local_s`'s Kaldi frames, at most
+    /// `n_frames` ([`LoaderConfig::local_view_frames`]); never more than the crop has.
+    pub local_frames: Option<usize>,
     pub audio_column: String,
     pub label_column: Option<String>,
     /// Width of the multi-hot targets of a list<int> label column (multilabel); unused for an
@@ -124,7 +126,7 @@ impl Default for LoaderConfig {
             view_window_s: 0.0,
             n_local: 0,
             local_s: 2.0,
-            local_frames: 0,
+            local_frames: None,
             audio_column: "audio".into(),
             label_column: Some("label".into()),
             n_classes: 0,
@@ -162,11 +164,17 @@ const FRAME_LENGTH_MS: i64 = 25;
 pub(super) const FRAME_SHIFT_MS: i64 = 10;
 
 /// Kaldi's frame count for `s` seconds (FRAME_LENGTH_MS window, FRAME_SHIFT_MS shift, snip
-/// edges); at least 1.
-pub(super) fn kaldi_frames(s: f64) -> usize {
+/// edges; milliseconds rounded half to even): 498 for 5 s, 198 for 2 s; at least 1.
+pub fn kaldi_frames(s: f64) -> usize {
     let ms = (s * 1000.0).round_ties_even() as i64;
-    (1 + (ms - FRAME_LENGTH_MS).div_euclid(FRAME_SHIFT_MS)).max(1) as usize
+    (1 + ms
+        .saturating_sub(FRAME_LENGTH_MS)
+        .div_euclid(FRAME_SHIFT_MS))
+    .max(1) as usize
 }
+
+/// The longest `view_window_s`, seconds.
+pub const MAX_WINDOW_S: f64 = 3600.0;
 
 fn one_of(name: &'static str, v: &str, allowed: &[&str]) -> Result<()> {
     if !allowed.contains(&v) {
@@ -187,7 +195,108 @@ fn at_least(name: &'static str, v: u64, min: u64) -> Result<()> {
 }
 
 impl LoaderConfig {
-    /// Check every field against the dataset size; errors name expected and actual values.
+    /// Every rule of a setting and of a relation between settings (nothing of the run or the
+    /// dataset): the one check of each, worded `bad argument NAME: expected ..., got VALUE`.
+    pub fn check_settings(&self) -> Result<()> {
+        for (name, v) in [
+            ("n_workers", self.n_workers as u64),
+            ("n_views", self.n_views as u64),
+            ("n_frames", self.n_frames as u64),
+            ("n_mels", self.n_mels as u64),
+            ("block_size", self.block_size),
+            ("shuffle_window", self.shuffle_window),
+            ("prefetch", self.prefetch as u64),
+            ("failure_window", self.failure_window as u64),
+            ("sample_rate", self.sample_rate as u64),
+        ] {
+            at_least(name, v, 1)?;
+        }
+        if !(0.0..=1.0).contains(&self.max_failure_fraction) {
+            return Err(Error::bad_argument(
+                "max_failure_fraction",
+                "a number in [0, 1]",
+                self.max_failure_fraction,
+            ));
+        }
+        if !self.mean.is_finite() {
+            return Err(Error::bad_argument("mean", "a finite value", self.mean));
+        }
+        if !(self.std.is_finite() && self.std > 0.0) {
+            return Err(Error::bad_argument("std", "a finite value > 0", self.std));
+        }
+        if !(self.clip_s.is_finite() && self.clip_s > 0.0) {
+            return Err(Error::bad_argument("clip_s", "seconds > 0", self.clip_s));
+        }
+        self.check_window()?;
+        if !(self.max_audio_mb.is_finite() && self.max_audio_mb > 0.0) {
+            return Err(Error::bad_argument(
+                "max_audio_mb",
+                "a finite number of MB > 0",
+                self.max_audio_mb,
+            ));
+        }
+        one_of("crop", &self.crop, &["random", "events"])?;
+        one_of("segment", &self.segment, &["centre", "columns"])?;
+        one_of("pad", &self.pad, &["zero", "min", "repeat"])?;
+        crate::resample::Filter::parse(&self.resampler)?;
+        Ok(())
+    }
+
+    /// `view_window_s` and the local crops cut from it.
+    fn check_window(&self) -> Result<()> {
+        let w = self.view_window_s;
+        if !(w == 0.0 || (w.is_finite() && w >= self.clip_s && w <= MAX_WINDOW_S)) {
+            return Err(Error::bad_argument(
+                "view_window_s",
+                format!(
+                    "0 (one decode per view) or seconds in [clip_s={}, {MAX_WINDOW_S}]",
+                    self.clip_s
+                ),
+                w,
+            ));
+        }
+        if self.n_local == 0 {
+            return Ok(());
+        }
+        if w == 0.0 {
+            return Err(Error::bad_argument(
+                "view_window_s",
+                format!(
+                    "seconds in [clip_s={}, {MAX_WINDOW_S}] with n_local={} (local crops are cut \
+                     from the one decoded window)",
+                    self.clip_s, self.n_local
+                ),
+                w,
+            ));
+        }
+        if !(self.local_s > 0.0 && self.local_s <= self.clip_s) {
+            return Err(Error::bad_argument(
+                "local_s",
+                format!("seconds in (0, clip_s={}] with n_local > 0", self.clip_s),
+                self.local_s,
+            ));
+        }
+        let Some(frames) = self.local_frames else {
+            return Ok(()); // derived: never more than the crop has
+        };
+        at_least("local_frames", frames as u64, 1)?;
+        let real = self.local_crop_frames();
+        if frames > real {
+            return Err(Error::bad_argument(
+                "local_frames",
+                format!(
+                    "at most {real} (the frames of a local_s={} s crop; more would be \
+                     zero-padding; leave it unset to derive it)",
+                    self.local_s
+                ),
+                frames,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The settings ([`LoaderConfig::check_settings`]), then the run's arguments against each
+    /// other and the dataset's size.
     pub fn validate(&self, n_rows: u64) -> Result<()> {
         if n_rows == 0 {
             return Err(Error::bad_argument(
@@ -196,24 +305,9 @@ impl LoaderConfig {
                 "0 rows",
             ));
         }
+        self.check_settings()?;
         at_least("batch_size", self.batch_size as u64, 1)?;
-        at_least("n_workers", self.n_workers as u64, 1)?;
         at_least("process_count", self.process_count as u64, 1)?;
-        at_least("n_views", self.n_views as u64, 1)?;
-        at_least("n_frames", self.n_frames as u64, 1)?;
-        at_least("n_mels", self.n_mels as u64, 1)?;
-        at_least("block_size", self.block_size, 1)?;
-        at_least("shuffle_window", self.shuffle_window, 1)?;
-        at_least("prefetch", self.prefetch as u64, 1)?;
-        at_least("failure_window", self.failure_window as u64, 1)?;
-        at_least("sample_rate", self.sample_rate as u64, 1)?;
-        if !(0.0..=1.0).contains(&self.max_failure_fraction) {
-            return Err(Error::bad_argument(
-                "max_failure_fraction",
-                "a number in [0, 1]",
-                self.max_failure_fraction,
-            ));
-        }
         if self.process_index >= self.process_count {
             return Err(Error::bad_argument(
                 "process_index",
@@ -228,72 +322,7 @@ impl LoaderConfig {
                 self.batch_size,
             ));
         }
-        if !(self.std.is_finite() && self.std > 0.0) {
-            return Err(Error::bad_argument("std", "a finite value > 0", self.std));
-        }
-        if !(self.clip_s.is_finite() && self.clip_s > 0.0) {
-            return Err(Error::bad_argument("clip_s", "seconds > 0", self.clip_s));
-        }
-        let w = self.view_window_s;
-        if !(w == 0.0 || (w.is_finite() && w >= self.clip_s && w <= 3600.0)) {
-            return Err(Error::bad_argument(
-                "view_window_s",
-                format!(
-                    "0 (one decode per view) or seconds in [clip_s={}, 3600]",
-                    self.clip_s
-                ),
-                w,
-            ));
-        }
-        if self.n_local > 0 {
-            if w == 0.0 {
-                return Err(Error::bad_argument(
-                    "view_window_s",
-                    format!(
-                        "seconds in [clip_s={}, 3600] with n_local={} (local crops are cut from \
-                         the one decoded window)",
-                        self.clip_s, self.n_local
-                    ),
-                    w,
-                ));
-            }
-            if !(self.local_s > 0.0 && self.local_s <= self.clip_s) {
-                return Err(Error::bad_argument(
-                    "local_s",
-                    format!("seconds in (0, clip_s={}] with n_local > 0", self.clip_s),
-                    self.local_s,
-                ));
-            }
-            at_least("local_frames", self.local_frames as u64, 1)?;
-            let real = self.local_crop_frames();
-            if self.local_frames > real {
-                return Err(Error::bad_argument(
-                    "local_frames",
-                    format!(
-                        "at most {real} (the frames of a local_s={} s crop; more would be \
-                         zero-padding; leave it unset to derive it)",
-                        self.local_s
-                    ),
-                    self.local_frames,
-                ));
-            }
-        }
-        if !(self.max_audio_mb.is_finite() && self.max_audio_mb > 0.0) {
-            return Err(Error::bad_argument(
-                "max_audio_mb",
-                "a finite number of MB > 0",
-                self.max_audio_mb,
-            ));
-        }
-        if !self.mean.is_finite() {
-            return Err(Error::bad_argument("mean", "a finite value", self.mean));
-        }
-        self.check_n_classes(physical_memory())?;
-        one_of("crop", &self.crop, &["random", "events"])?;
-        one_of("segment", &self.segment, &["centre", "columns"])?;
-        one_of("pad", &self.pad, &["zero", "min", "repeat"])?;
-        crate::resample::Filter::parse(&self.resampler)?;
-        Ok(())
+        self.check_n_classes(physical_memory())
     }
 
     /// `n_classes` bounded by the memory it implies: the multi-hot targets of the batches alive
@@ -321,18 +350,6 @@ impl LoaderConfig {
         ))
     }
 
-    /// Parse the JSON of `birdjepa.data.LoaderConfig` (missing fields take their defaults).
-    pub fn from_json(json: &str) -> Result<Self> {
-        serde_json::from_str(json).map_err(|e| {
-            Error::bad_argument("config", "the settings of birdjepa.data.LoaderConfig", e)
-        })
-    }
-
-    /// Every setting as JSON (`start_step` and `in_flight` are not settings).
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a LoaderConfig always serialises")
-    }
-
     /// Seconds the transform decodes per call: `view_window_s`, or `clip_s` without a window.
     pub fn window_s(&self) -> f64 {
         if self.view_window_s > 0.0 {
@@ -356,6 +373,13 @@ impl LoaderConfig {
     /// Frames of a local crop: Kaldi's count for `local_s`.
     pub fn local_crop_frames(&self) -> usize {
         kaldi_frames(self.local_s)
+    }
+
+    /// Frames of a local view in the batch: `local_frames`, or unset the crop's frames at most
+    /// `n_frames`.
+    pub fn local_view_frames(&self) -> usize {
+        self.local_frames
+            .unwrap_or_else(|| self.local_crop_frames().min(self.n_frames))
     }
 
     /// Slots of each global batch that this process produces.
@@ -409,15 +433,23 @@ mod tests {
 
     #[test]
     fn local_crops_never_zero_pad_and_max_audio_mb_is_positive() {
-        let local = |local_s: f64, local_frames: usize| LoaderConfig {
+        let local = |local_s: f64, local_frames: Option<usize>| LoaderConfig {
             view_window_s: 6.0,
             n_local: 1,
             local_s,
             local_frames,
+            n_frames: 64,
             ..Default::default()
         };
-        assert!(local(0.5, 48).validate(10).is_ok());
-        let e = local(0.5, 192).validate(10).unwrap_err().to_string();
+        assert!(local(0.5, Some(48)).validate(10).is_ok());
+        // Unset: the crop's frames, at most n_frames.
+        assert_eq!(local(0.5, None).local_view_frames(), 48);
+        assert_eq!(local(2.0, None).local_view_frames(), 64);
+        assert_eq!(local(2.0, Some(16)).local_view_frames(), 16);
+        let e = local(0.5, Some(192))
+            .check_settings()
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "bad argument local_frames: expected at most 48 (the frames of a local_s=0.5 s crop; \
@@ -434,5 +466,29 @@ mod tests {
                 .to_string()
                 .contains("max_audio_mb"));
         }
+    }
+
+    #[test]
+    fn settings_are_checked_without_the_run_and_kaldi_frames_saturate() {
+        let run = LoaderConfig {
+            batch_size: 0,
+            process_index: 3,
+            ..Default::default()
+        };
+        assert!(run.check_settings().is_ok());
+        let e = run.validate(10).unwrap_err().to_string();
+        assert_eq!(e, "bad argument batch_size: expected >= 1, got 0");
+        let e = LoaderConfig {
+            n_workers: 0,
+            ..run
+        };
+        let e = e.check_settings().unwrap_err().to_string();
+        assert_eq!(e, "bad argument n_workers: expected >= 1, got 0");
+        for (s, frames) in [(5.0, 498), (2.0, 198), (0.5, 48), (0.0, 1), (-1.0, 1)] {
+            assert_eq!(kaldi_frames(s), frames, "{s}");
+        }
+        assert_eq!(kaldi_frames(f64::NAN), 1);
+        assert_eq!(kaldi_frames(f64::NEG_INFINITY), 1);
+        assert!(kaldi_frames(f64::INFINITY) > 1 << 50);
     }
 }

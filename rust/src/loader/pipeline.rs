@@ -540,7 +540,7 @@ mod tests {
             view_window_s: 0.2,
             n_local: 2,
             local_s: 0.05,
-            local_frames: 3,
+            local_frames: Some(3),
             ..cfg(Mode::Train)
         };
         let no_window = e(LoaderConfig {
@@ -556,7 +556,7 @@ mod tests {
             long.contains("local_s") && long.contains("(0, clip_s=0.1]") && long.contains("0.2")
         );
         let frames = e(LoaderConfig {
-            local_frames: 0,
+            local_frames: Some(0),
             ..base.clone()
         });
         assert!(
@@ -701,7 +701,7 @@ mod tests {
             view_window_s: 0.215,
             n_local: 2,
             local_s: 0.045,
-            local_frames: 3,
+            local_frames: Some(3),
             ..cfg(Mode::Train)
         };
         assert_eq!((c.debug_frames(), c.clip_frames()), (window, clip));

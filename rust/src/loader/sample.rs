@@ -275,7 +275,7 @@ fn featurize(
     let seg = segment_frames(ctx, reader, s).map_err(SampleError::Sample)?;
     let c = &ctx.cfg;
     let (tf, m) = (c.n_frames, c.n_mels);
-    let lf = c.local_frames;
+    let lf = c.local_view_frames();
     let mut out = Featurized {
         data: vec![0f32; c.n_views * tf * m],
         start_s: vec![0f64; c.n_views],
@@ -414,7 +414,7 @@ fn invalid_row(ctx: &Ctx, reader: &mut Reader, index0: u64) -> Row {
     Row {
         data: vec![0.0; c.n_views * c.n_frames * c.n_mels],
         start_s: vec![-1.0; c.n_views],
-        local: vec![0.0; c.n_local * c.local_frames * c.n_mels],
+        local: vec![0.0; c.n_local * c.local_view_frames() * c.n_mels],
         local_start_s: vec![-1.0; c.n_local],
         label,
         classes,

@@ -248,7 +248,7 @@ impl Assembler {
             shard: vec![-1; b],
             valid: vec![false; b],
             start_s: vec![-1.0; c.n_views * b],
-            local: vec![0.0; c.n_local * b * c.local_frames * c.n_mels],
+            local: vec![0.0; c.n_local * b * c.local_view_frames() * c.n_mels],
             local_start_s: vec![-1.0; c.n_local * b],
             failures: Vec::new(),
             damaged: Vec::new(),

@@ -1,4 +1,5 @@
-//! Bindings of the loader: `_rs.Dataset`, `_rs.Loader`, `_rs.train_indices`.
+//! Bindings of the loader: `_rs.Dataset`, `_rs.Loader`, `_rs.train_indices`, and the one check
+//! of its settings, `_rs.check_loader_settings`.
 //!
 //! The Python-facing API with state dicts lives in `birdjepa.data`; this layer only moves batches
 //! across and releases the GIL while waiting. The settings cross as the JSON of `birdjepa.data.LoaderConfig`, so no setting is restated here.
@@ -220,7 +221,7 @@ impl PyLoader {
             cfg.n_frames,
             cfg.n_mels,
         );
-        let (n_local, local_frames) = (cfg.n_local, cfg.local_frames);
+        let (n_local, local_frames) = (cfg.n_local, cfg.local_view_frames());
         let pipe = py
             .detach(|| Pipeline::start(ds, cfg, factory))
             .map_err(to_py)?;
@@ -312,10 +313,34 @@ fn loader_config_defaults() -> String {
     LoaderConfig::default().to_json()
 }
 
+/// The one check of the loader settings for Python (`birdjepa.data.LoaderConfig.check`): parse
+/// `config` (the JSON of a LoaderConfig, run arguments optional; a wrong type or unknown name is
+/// a BadArgumentError naming it), check every setting (`LoaderConfig::check_settings`), and
+/// return what is derived from them: {"local_frames": the frames of a local view}.
+#[pyfunction]
+fn check_loader_settings<'py>(py: Python<'py>, config: &str) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = LoaderConfig::from_json(config).map_err(to_py)?;
+    cfg.check_settings().map_err(to_py)?;
+    let d = PyDict::new(py);
+    d.set_item("local_frames", cfg.local_view_frames())?;
+    Ok(d)
+}
+
+/// Kaldi's frame count of `seconds` of audio (25 ms frames every 10 ms, snip edges): 498 for 5 s,
+/// 198 for 2 s; at least 1 (also for NaN or seconds <= 0.025). The loader's
+/// (`crate::loader::kaldi_frames`).
+#[pyfunction]
+fn kaldi_frames(seconds: f64) -> usize {
+    crate::loader::kaldi_frames(seconds)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDataset>()?;
     m.add_class::<PyLoader>()?;
     m.add_function(wrap_pyfunction!(train_indices, m)?)?;
     m.add_function(wrap_pyfunction!(loader_config_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(check_loader_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(kaldi_frames, m)?)?;
+    m.add("MAX_WINDOW_S", crate::loader::MAX_WINDOW_S)?;
     Ok(())
 }

@@ -3,6 +3,8 @@
 //! Submodules hold the bindings of one concern each; `exceptions` owns the exception hierarchy and
 //! this file the mapping of `crate::error::Error` onto it.
 
+use std::path::PathBuf;
+
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -120,12 +122,39 @@ fn _resolve_audio_path(
         .to_string()
 }
 
+/// The rule "only a regular file is read", in the loader's words: None for a regular file,
+/// else what a file of `st_mode` is ("a FIFO (named pipe)", "a directory", ...).
+#[pyfunction]
+fn file_kind(st_mode: u32) -> Option<&'static str> {
+    crate::shards::file_kind(st_mode)
+}
+
+/// None if a file of `st_mode` and `st_size` bytes at `path` may be read as audio (a regular
+/// file of at most `max_audio_mb` MB; <= 0: no bound), else a DatasetError naming it, in the
+/// loader's words.
+#[pyfunction]
+#[pyo3(signature = (path, st_mode, st_size, max_audio_mb))]
+fn check_audio_file(path: PathBuf, st_mode: u32, st_size: u64, max_audio_mb: f64) -> PyResult<()> {
+    let max = crate::shards::max_audio_bytes(max_audio_mb);
+    crate::shards::check_audio_file(&path, st_mode, st_size, max).map_err(to_py)
+}
+
+/// None if a file of `st_mode` at `path` may be opened as a shard (a regular file), else a
+/// DatasetError naming it, in the loader's words.
+#[pyfunction]
+fn check_shard_file(path: PathBuf, st_mode: u32) -> PyResult<()> {
+    crate::shards::check_shard_file(&path, st_mode).map_err(to_py)
+}
+
 #[pymodule]
 fn _rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     exceptions::register(m)?;
     m.add_function(wrap_pyfunction!(_error_classes, m)?)?;
     m.add_function(wrap_pyfunction!(_resolve_audio_path, m)?)?;
+    m.add_function(wrap_pyfunction!(file_kind, m)?)?;
+    m.add_function(wrap_pyfunction!(check_audio_file, m)?)?;
+    m.add_function(wrap_pyfunction!(check_shard_file, m)?)?;
     audio::register(m)?;
     loader::register(m)?;
     Ok(())

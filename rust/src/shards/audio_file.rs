@@ -20,7 +20,7 @@
 use std::fs::{File, Metadata, OpenOptions};
 use std::hash::Hasher;
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -69,34 +69,41 @@ fn bad(path: &Path, kind: &'static str, detail: String) -> Error {
     }
 }
 
-/// What a file that is not a regular file is, in words.
-pub(super) fn what(m: &Metadata) -> &'static str {
-    let t = m.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
+/// File types of `st_mode` (POSIX's values).
+const S_IFMT: u32 = 0o170_000;
+const S_IFKINDS: [(u32, &str); 5] = [
+    (0o040_000, "a directory"),
+    (0o010_000, "a FIFO (named pipe)"),
+    (0o020_000, "a character device"),
+    (0o060_000, "a block device"),
+    (0o140_000, "a socket"),
+];
+const S_IFREG: u32 = 0o100_000;
+
+/// The rule "only a regular file is read" and its words: None for a regular file, else what the
+/// file of `mode` (st_mode) is ("a FIFO (named pipe)", "a character device", ...). Audio files
+/// ([`check_audio_file`]), shards (`Shard::open`) and Python's readers (`_rs.file_kind`) ask it.
+pub fn file_kind(mode: u32) -> Option<&'static str> {
+    let t = mode & S_IFMT;
+    if t == S_IFREG {
+        return None;
     }
+    let named = S_IFKINDS.iter().find(|(k, _)| *k == t);
+    Some(named.map_or("not a regular file", |(_, name)| name))
 }
 
-/// `Ok` if `m` is a regular file of at most `max_bytes` (0: no bound), else why not.
-pub(super) fn usable(path: &Path, m: &Metadata, max_bytes: u64) -> Result<()> {
-    if !m.file_type().is_file() {
+/// `Ok` if a file of `mode` (st_mode) and `len` bytes is a regular file of at most `max_bytes`
+/// (0: no bound), else why not, naming `path`: the one statement of which audio files are read
+/// (the loader's, and Python's readers' through `_rs.check_audio_file`).
+pub fn check_audio_file(path: &Path, mode: u32, len: u64, max_bytes: u64) -> Result<()> {
+    if let Some(kind) = file_kind(mode) {
         return Err(bad(
             path,
             NOT_REGULAR,
-            format!("expected a regular audio file, got {}", what(m)),
+            format!("expected a regular audio file, got {kind}"),
         ));
     }
-    if max_bytes > 0 && m.len() > max_bytes {
+    if max_bytes > 0 && len > max_bytes {
         return Err(bad(
             path,
             TOO_LARGE,
@@ -104,11 +111,21 @@ pub(super) fn usable(path: &Path, m: &Metadata, max_bytes: u64) -> Result<()> {
                 "expected at most max_audio_mb={} MB, got {:.1} MB (raise max_audio_mb to read \
                  it)",
                 max_bytes as f64 / 1e6,
-                m.len() as f64 / 1e6
+                len as f64 / 1e6
             ),
         ));
     }
     Ok(())
+}
+
+/// [`check_audio_file`] of `m`.
+fn usable(path: &Path, m: &Metadata, max_bytes: u64) -> Result<()> {
+    check_audio_file(path, m.mode(), m.len(), max_bytes)
+}
+
+/// Bytes of `mb` MB (10^6 bytes); 0 (no bound) for a bound <= 0.
+pub fn max_audio_bytes(mb: f64) -> u64 {
+    (mb * 1e6) as u64
 }
 
 /// Whether the file at `path` can be read as audio: `Err(Io)` if it is missing or cannot be

@@ -26,11 +26,12 @@ use std::sync::{Arc, OnceLock};
 use arrow_buffer::Buffer;
 
 use crate::error::{Error, Result};
+pub use audio_file::{check_audio_file, file_kind, max_audio_bytes};
 pub use batch::{AudioBytes, LabelKind};
 use batch::{DecodedBatch, RawAudio};
 use ipc::ds_err;
 pub use paths::{PathCheck, ReadOptions};
-pub use shard::Shard;
+pub use shard::{check_shard_file, Shard};
 
 /// Which IPC container a shard uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

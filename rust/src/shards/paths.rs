@@ -32,7 +32,7 @@ impl ReadOptions {
         ReadOptions {
             audio_column: audio_column.to_string(),
             label_column: label_column.map(str::to_string),
-            max_audio_bytes: (LoaderConfig::default().max_audio_mb * 1e6) as u64,
+            max_audio_bytes: super::max_audio_bytes(LoaderConfig::default().max_audio_mb),
             ..Default::default()
         }
     }
@@ -53,7 +53,7 @@ impl ReadOptions {
             }),
             audio_root: (!cfg.audio_root.is_empty()).then(|| PathBuf::from(&cfg.audio_root)),
             path_map: cfg.path_map.clone().unwrap_or_default(),
-            max_audio_bytes: (cfg.max_audio_mb * 1e6) as u64,
+            max_audio_bytes: super::max_audio_bytes(cfg.max_audio_mb),
         }
     }
 

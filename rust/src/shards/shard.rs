@@ -2,6 +2,7 @@
 //! batches and samples with `pread` (see [`super::source`] for why).
 
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -19,6 +20,19 @@ use super::source::Source;
 use super::Format;
 use super::LabelRange;
 use crate::error::Result;
+
+/// `Ok` if a file of `mode` (st_mode) is a regular file, as a shard must be (before anything
+/// opens it: opening a FIFO blocks until a writer comes); Python's `open_ipc` asks it too
+/// (`_rs.check_shard_file`).
+pub fn check_shard_file(path: &Path, mode: u32) -> Result<()> {
+    match super::file_kind(mode) {
+        None => Ok(()),
+        Some(kind) => Err(ds_err(
+            path,
+            format!("expected a regular file (an Arrow IPC stream or file), got {kind}"),
+        )),
+    }
+}
 
 /// One shard: its open file and its batch index.
 pub struct Shard {
@@ -39,15 +53,7 @@ impl Shard {
         // Before open(): opening a FIFO blocks until a writer comes.
         let kind =
             std::fs::metadata(path).map_err(|e| ds_err(path, format!("cannot open: {e}")))?;
-        if !kind.file_type().is_file() {
-            return Err(ds_err(
-                path,
-                format!(
-                    "expected a regular file (an Arrow IPC stream or file), got {}",
-                    super::audio_file::what(&kind)
-                ),
-            ));
-        }
+        check_shard_file(path, kind.mode())?;
         let file =
             std::fs::File::open(path).map_err(|e| ds_err(path, format!("cannot open: {e}")))?;
         let meta = file

@@ -282,10 +282,10 @@ def _require(ok: bool, key: str, expected: str, got) -> None:
         raise ConfigError(f"{key}: expected {expected}, got {got!r}")
 
 
-def validate(cfg: Config, *, n_devices: int | None = None, process_count: int = 1) -> None:
+def validate(cfg: Config) -> None:
     """Every check of a value or of a relation between fields, in one place; raises ConfigError
-    naming the key, the expected and the actual value. With `n_devices`/`process_count` (known
-    once JAX is up) it also checks that the batches split over the devices and processes."""
+    naming the key, the expected and the actual value. `finalize` runs it; what needs the
+    devices is `check_layout`'s."""
     positive = ("n_steps", "batch_size", "log_every", "ckpt_every", "ckpt_keep", "max_nonfinite")
     for key in positive:
         v = getattr(cfg, key)
@@ -317,21 +317,26 @@ def validate(cfg: Config, *, n_devices: int | None = None, process_count: int = 
     if cfg.objective.name == "lejepa":
         _require(cfg.data.n_views >= 2, "data.n_views", ">= 2 for objective 'lejepa'",
                  cfg.data.n_views)
-    if n_devices is not None:
-        micro = cfg.batch_size // cfg.optim.grad_accum
-        eval_bs = cfg.data.eval_batch_size or cfg.batch_size
-        _require(micro % n_devices == 0, "batch_size",
-                 f"a micro-batch (batch_size / optim.grad_accum) divisible by the {n_devices} "
-                 f"device(s)", cfg.batch_size)
-        _require(eval_bs % n_devices == 0, "data.eval_batch_size",
-                 f"an eval batch divisible by the {n_devices} device(s)", eval_bs)
+
+
+def check_layout(cfg: Config, *, n_devices: int, process_count: int) -> None:
+    """The batches split over the devices and processes (known once JAX is up): the one check
+    a finalized config still needs when a run opens."""
+    micro = cfg.batch_size // cfg.optim.grad_accum
+    eval_bs = cfg.data.eval_batch_size or cfg.batch_size
+    _require(micro % n_devices == 0, "batch_size",
+             f"a micro-batch (batch_size / optim.grad_accum) divisible by the {n_devices} "
+             f"device(s)", cfg.batch_size)
+    _require(eval_bs % n_devices == 0, "data.eval_batch_size",
+             f"an eval batch divisible by the {n_devices} device(s)", eval_bs)
     if process_count > 1:
         _require(cfg.batch_size % process_count == 0, "batch_size",
                  f"divisible by the {process_count} processes", cfg.batch_size)
 
 
 def _validate_data(cfg: Config) -> None:
-    """The loader's own checks (birdjepa.data.LoaderConfig.check), reported under `data.`."""
+    """The loader's own checks (birdjepa.data.LoaderConfig.check: Rust's, their one home),
+    reported under `data.`; then what only training asks of the data section."""
     try:
         cfg.data.check()
     except errors.BadArgumentError as e:
@@ -344,10 +349,6 @@ def _validate_data(cfg: Config) -> None:
                  d.n_local)
         _require(d.local_frames <= d.n_frames, "data.local_frames",
                  f"an int in [1, data.n_frames={d.n_frames}]", d.local_frames)
-        real = birdjepa.data.config.kaldi_frames(d.local_s)
-        _require(d.local_frames <= real, "data.local_frames",
-                 f"at most {real} (the frames of a local_s={d.local_s} s crop; more would be "
-                 "zero-padding; leave it unset to derive it)", d.local_frames)
     if d.eval_batch_size is not None:
         _require(d.eval_batch_size >= 1, "data.eval_batch_size", "an int >= 1",
                  d.eval_batch_size)

@@ -4,8 +4,8 @@ abort or hang at start-up. Plain data, no JAX; birdjepa.config.validate calls `c
 import math
 import os
 
+import birdjepa._rs
 import birdjepa.config.losses as losses
-import birdjepa.data.config
 
 require = losses.require
 
@@ -52,7 +52,7 @@ def check(cfg) -> None:
 def local_frames(d, patch_t: int) -> int:
     """`data.local_frames` derived from `d.local_s`: the crop's Kaldi frames, at most n_frames,
     cut to whole patch rows of `patch_t` frames (2 s: 198 -> 192); never more than the crop has."""
-    frames = birdjepa.data.config.kaldi_frames(d.local_s) if math.isfinite(d.local_s) else 0
+    frames = birdjepa._rs.kaldi_frames(d.local_s) if math.isfinite(d.local_s) else 0
     frames = min(frames, d.n_frames) // patch_t * patch_t
     if d.n_local:
         require(frames >= 1, "data.local_s", f"seconds giving at least model.patch[0]={patch_t} "

@@ -21,7 +21,6 @@ import numpy as np
 import soundfile
 
 import birdjepa._rs as _rs
-import birdjepa.data.config
 import birdjepa.data.paths
 
 FBANK_OPTIONS: tuple[str, ...] = tuple(_rs.FBANK_OPTIONS)
@@ -265,7 +264,7 @@ def model_input(feats_tm: np.ndarray, n_frames: int, n_mels: int, mean: float, s
     out = np.zeros((n_frames, n_mels), np.float32)
     t = min(n_frames, len(feats_tm))
     if pad == "repeat" and valid_s is not None:
-        t = min(t, birdjepa.data.config.kaldi_frames(valid_s) if valid_s >= 0.025 else 0)
+        t = min(t, _rs.kaldi_frames(valid_s) if valid_s >= 0.025 else 0)
     scale = np.float32(1.0 / (2.0 * std))
     out[:t] = (feats_tm[:t] - np.float32(mean)) * scale
     if pad == "min" and 0 < t < n_frames:

@@ -1,14 +1,20 @@
-"""`LoaderConfig`: every loader setting, declared once (name, default, docstring) and checked once,
-beside its declaration (`LoaderConfig.check`).
+"""`LoaderConfig`: every loader setting, declared here (name, default, docstring: what users
+read) and in rust/src/loader/config.rs (the worker's types); tests/test_loader_config.py asserts
+that both declare the same names and defaults.
+
+Every rule of a setting is checked once, by Rust (`LoaderConfig::check_settings`: the values,
+`LoaderConfig::from_json`: the types, each error naming the setting); `LoaderConfig.check` asks
+it and `birdjepa.config.validate` reports its errors under `data.`. What Rust derives from the
+settings (a local view's frames) comes back from the same call (`LoaderConfig.derived`). Python
+keeps what only Python has: "auto" workers (`resolve_workers`), the resampler a saved state names
+(`resolve_resampler`) and that a value can travel as JSON (`rust_json`).
 
 The training config's `data` section is this class plus the keys only training needs
 (birdjepa.config.DataConfig subclasses it), so a setting added here is a training key at once and
 reaches the Rust worker unchanged: TOML -> DataConfig -> Loader(config=cfg.data) -> JSON ->
 rust/src/loader/config.rs. What a run decides rather than the user (batch size, mode, seed, the
 process's slice, the class count, the test-only transform) are the Loader's own arguments
-(`RUN_ARGS`). The Rust twin keeps its own checks as the boundary's guard;
-tests/test_loader_config.py asserts that both sides have the same fields, defaults and error
-messages.
+(`RUN_ARGS`).
 """
 
 import dataclasses
@@ -24,7 +30,8 @@ import birdjepa.common.errors as errors
 
 DEFAULT_MEAN = -7.2
 DEFAULT_STD = 4.43
-MAX_WINDOW_S = 3600.0
+MAX_WINDOW_S: float = birdjepa._rs.MAX_WINDOW_S
+"""The longest view_window_s, seconds (rust/src/loader/config.rs)."""
 
 PADS: tuple[str, ...] = ("zero", "min", "repeat")
 """What fills the frames past a clip shorter than n_frames (LoaderConfig.pad)."""
@@ -72,34 +79,18 @@ def _speed(default):
     return dataclasses.field(default=default, metadata={"shapes_stream": False})
 
 
-def fmt(v) -> str:
-    """A value as the Rust side prints it in its messages (5.0 -> "5", 0.5 -> "0.5")."""
-    if isinstance(v, float) and math.isfinite(v) and v == int(v):
-        return str(int(v))
-    return str(v)
-
-
-def bad_argument(name: str, expected: str, got) -> "birdjepa.BadArgumentError":
-    """The error Rust raises for the same check, worded the same way."""
-    return errors.BadArgumentError(f"bad argument {name}: expected {expected}, got "
-                                         f"{fmt(got)}")
-
-
-def kaldi_frames(seconds: float) -> int:
-    """Kaldi's frame count of `seconds` of audio (25 ms frames every 10 ms, snip_edges): 498 for
-    5 s, 198 for 2 s; the loader's count (rust/src/loader/config.rs kaldi_frames)."""
-    ms = round(seconds * 1000)  # half to even, as Rust's round_ties_even
-    return max(1, 1 + (ms - 25) // 10)
-
-
 def resolve_workers(n_workers: int | str) -> int:
     """`n_workers` resolved: "auto" is every CPU this process may use (os.sched_getaffinity:
     Slurm's cpus-per-task, taskset, cgroups' cpusets), at least 2. The trainer's own threads
     mostly sleep on the device: on an H200 node with 16 CPUs, vit-s over the packed demo corpus ran
     at the step's own pace with 16 workers (4.59 steps/s, data wait 10 %) and 10 % below it with
-    14 (4.15; docs/issues/022-gpu-kept-busy)."""
+    14 (4.15; docs/issues/022-gpu-kept-busy). Any other string is a BadArgumentError; a count is
+    returned as it is (Rust checks it)."""
+    if isinstance(n_workers, str) and n_workers != "auto":
+        raise errors.BadArgumentError(f"bad argument n_workers: expected >= 1 or 'auto', got "
+                                      f"{n_workers!r}")
     if n_workers != "auto":
-        return int(n_workers)
+        return n_workers
     return max(2, len(os.sched_getaffinity(0)))
 
 
@@ -204,81 +195,27 @@ class LoaderConfig:
         # the same however a value was spelled.
         hints = typing.get_type_hints(LoaderConfig)
         for f in dataclasses.fields(LoaderConfig):
-            v, t = getattr(self, f.name), hints[f.name]
-            if isinstance(v, bool):
+            v, types = getattr(self, f.name), typing.get_args(hints[f.name]) or (hints[f.name],)
+            if isinstance(v, bool | np.bool_):
                 continue
-            if t is int and isinstance(v, np.integer):
+            if int in types and isinstance(v, np.integer):
                 object.__setattr__(self, f.name, int(v))
-            elif t is float and isinstance(v, (int, np.integer, np.floating)):
+            elif float in types and isinstance(v, int | np.integer | np.floating):
                 object.__setattr__(self, f.name, float(v))
 
     def check(self) -> "LoaderConfig":
-        """Every check of a setting and of a relation between settings, in Rust's words
-        (`bad argument NAME: expected ..., got ...`, a birdjepa.BadArgumentError); returns
-        self. birdjepa.config.validate reports the same checks under `data.NAME`."""
-        for f in dataclasses.fields(LoaderConfig):  # JSON has no NaN or inf
-            v = getattr(self, f.name)
-            if isinstance(v, float) and not math.isfinite(v):
-                raise bad_argument(f.name, "a finite number", v)
-        if not (self.n_workers == "auto" or _is_int(self.n_workers) and self.n_workers >= 1):
-            raise bad_argument("n_workers", ">= 1 or 'auto'", self.n_workers)
-        for name in ("n_views", "n_frames", "n_mels", "block_size", "shuffle_window",
-                     "prefetch", "failure_window", "max_replacements", "sample_rate"):
-            v = getattr(self, name)
-            if not _is_int(v) or v < (0 if name == "max_replacements" else 1):
-                raise bad_argument(name, ">= 0" if name == "max_replacements" else ">= 1", v)
-        if not 0.0 <= self.max_failure_fraction <= 1.0:
-            raise bad_argument("max_failure_fraction", "a number in [0, 1]",
-                               self.max_failure_fraction)
-        if not self.std > 0.0:
-            raise bad_argument("std", "a finite value > 0", self.std)
-        if not self.clip_s > 0.0:
-            raise bad_argument("clip_s", "seconds > 0", self.clip_s)
-        self._check_window()
-        for name, allowed in (("crop", ("random", "events")), ("segment", ("centre", "columns")),
-                              ("pad", PADS), ("resampler", (None, *RESAMPLERS))):
-            if getattr(self, name) not in allowed:
-                allowed = tuple(a for a in allowed if a is not None)
-                raise bad_argument(name, f"one of {', '.join(allowed)}",
-                                   json.dumps(getattr(self, name)))
-        if not self.max_audio_mb > 0.0:
-            raise bad_argument("max_audio_mb", "a finite number of MB > 0", self.max_audio_mb)
-        if self.path_map is not None and not (isinstance(self.path_map, dict) and all(
-                isinstance(k, str) and isinstance(v, str) for k, v in self.path_map.items())):
-            raise bad_argument("path_map", "a table of stored prefix = local prefix strings",
-                               repr(self.path_map))
+        """Every rule of a setting and of a relation between settings, checked by Rust (their
+        one home: rust/src/loader/config.rs `check_settings`): a birdjepa.BadArgumentError
+        `bad argument NAME: expected ..., got VALUE`; returns self. birdjepa.config.validate
+        reports the same errors under `data.NAME`."""
+        self.derived()
         return self
 
-    def _check_window(self) -> None:
-        w, clip = self.view_window_s, fmt(self.clip_s)
-        if not (w == 0.0 or self.clip_s <= w <= MAX_WINDOW_S):
-            raise bad_argument("view_window_s",
-                               f"0 (one decode per view) or seconds in [clip_s={clip}, 3600]", w)
-        if not _is_int(self.n_local) or self.n_local < 0:
-            raise bad_argument("n_local", ">= 0", self.n_local)
-        if self.n_local == 0:
-            return
-        if w == 0.0:
-            raise bad_argument("view_window_s", f"seconds in [clip_s={clip}, 3600] with "
-                               f"n_local={self.n_local} (local crops are cut from the one "
-                               "decoded window)", w)
-        if not 0.0 < self.local_s <= self.clip_s:
-            raise bad_argument("local_s", f"seconds in (0, clip_s={clip}] with n_local > 0",
-                               self.local_s)
-        if self.local_frames is not None and (not _is_int(self.local_frames)
-                                              or self.local_frames < 1):
-            raise bad_argument("local_frames", ">= 1", self.local_frames)
-        real = kaldi_frames(self.local_s)
-        if self.local_frames is not None and self.local_frames > real:
-            raise bad_argument("local_frames", f"at most {real} (the frames of a local_s="
-                               f"{fmt(self.local_s)} s crop; more would be zero-padding; leave "
-                               "it unset to derive it)", self.local_frames)
-
-    def local_frames_or_derived(self) -> int:
-        """`local_frames`, or when unset the Kaldi frames of local_s, at most n_frames."""
-        if self.local_frames is not None:
-            return int(self.local_frames)
-        return min(kaldi_frames(self.local_s), self.n_frames)
+    def derived(self) -> dict:
+        """What Rust derives from these settings once it has checked them (`check`'s errors):
+        {"local_frames": the frames of a local view: `local_frames`, or unset local_s's Kaldi
+        frames (2 s: 198) at most n_frames}."""
+        return birdjepa._rs.check_loader_settings(rust_json(self, {}))
 
     def for_eval(self) -> "LoaderConfig":
         """These settings for an evaluation pass: one centre view per row, no window, no local
@@ -302,7 +239,7 @@ class LoaderConfig:
                 continue
             if "legacy" in f.metadata and (v := resolve_resampler(self)) == f.metadata["legacy"]:
                 continue
-            out[f.name] = self.local_frames_or_derived() if f.name == "local_frames" else v
+            out[f.name] = self.derived()["local_frames"] if f.name == "local_frames" else v
         return out
 
 
@@ -317,15 +254,27 @@ def resolve_resampler(cfg: LoaderConfig, state: dict | None = None) -> str:
     return (saved.get("resampler") if isinstance(saved, dict) else None) or LEGACY_RESAMPLER
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int | np.integer) and not isinstance(v, bool)
-
-
 def rust_json(cfg: LoaderConfig, run: dict) -> str:
-    """The JSON the Rust LoaderConfig reads: the settings (n_workers resolved) and the run
-    arguments."""
+    """The JSON the Rust LoaderConfig reads: the settings (n_workers and resampler resolved) and
+    the run arguments `run` (those left out take Rust's defaults)."""
     d = cfg.settings() | run
     d["n_workers"] = resolve_workers(d["n_workers"])
     d["resampler"] = resolve_resampler(cfg)
-    d["local_frames"] = cfg.local_frames_or_derived() if cfg.n_local else 0
+    for name, v in d.items():
+        d[name] = v = v.item() if isinstance(v, np.generic) else v
+        if not _travels(v):  # JSON has no NaN or inf, and no other types
+            raise errors.BadArgumentError(
+                f"bad argument {name}: expected a finite number, a string, a bool, None, or a "
+                f"list or str-keyed dict of them (what JSON carries), got {v!r}")
     return json.dumps(d)
+
+
+def _travels(v) -> bool:
+    """Whether `v` crosses to Rust as JSON exactly as it is."""
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _travels(x) for k, x in v.items())
+    if isinstance(v, list | tuple):
+        return all(_travels(x) for x in v)
+    return v is None or isinstance(v, str | int)

@@ -24,7 +24,6 @@ import sys
 
 import pyarrow as pa
 
-import birdjepa
 import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
 import birdjepa.data.audio

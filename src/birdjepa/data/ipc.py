@@ -4,13 +4,11 @@ here takes both. Writing stays with its writer (pack, demo_data)."""
 
 import contextlib
 import os
-import stat
 from collections.abc import Iterator
 
 import pyarrow as pa
 
-import birdjepa.common.errors as errors
-import birdjepa.data.paths as paths
+import birdjepa._rs
 
 
 @contextlib.contextmanager
@@ -18,10 +16,7 @@ def open_ipc(path: str) -> Iterator:
     """A reader of the Arrow IPC file at `path`, memory-mapped, stream or file format alike (both
     have `.schema` and `.read_all()`). A path that is not a regular file is a DatasetError
     before anything opens it (opening a FIFO blocks until a writer comes)."""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise errors.DatasetError(f"{os.fspath(path)}: expected a regular file (an Arrow "
-                                        f"IPC stream or file), got {paths.kind_of(st)}")
+    birdjepa._rs.check_shard_file(path, os.stat(path).st_mode)  # the loader's rule and words
     with pa.memory_map(str(path)) as f:
         try:
             reader = pa.ipc.open_stream(f)

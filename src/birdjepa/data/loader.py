@@ -43,6 +43,8 @@ import birdjepa.data.config
 import birdjepa.data.sources as sources
 
 STATE_VERSION = 1
+TEST_TRANSFORMS = ("debug",)
+"""Transforms of `_DebugLoader` only (Rust checks that a transform is one it has)."""
 PATH_CHECK_ROWS = 64
 """Rows whose audio file opening checks (spread evenly over the dataset)."""
 
@@ -136,12 +138,49 @@ def _make_config(config: birdjepa.data.config.LoaderConfig | None, settings: dic
     return config if config is not None else birdjepa.data.config.LoaderConfig(**settings)
 
 
-class _OpenedShards:
-    """The opening half of a `Loader`: settings and run arguments checked, shards resolved and
-    opened in Rust (labels and a sample of audio paths checked), the stream's config and
-    fingerprint derived, and a saved state checked against them. `Loader` iterates."""
+class Loader:
+    """Deterministic batches over Arrow shards; see the module docstring and
+    `birdjepa.data.LoaderConfig`.
+
+    `Loader(shards, batch_size=..., **settings)` or `Loader(shards, batch_size=...,
+    config=LoaderConfig(...))` (settings passed beside `config` override it; a training
+    config's `data` section is a LoaderConfig). The run's own arguments: `batch_size` (global,
+    all processes together; each gets batch_size // process_count), `mode` ("train": infinite,
+    reshuffled every epoch, random crops; "eval": one pass in index order, centre crops, last
+    batch padded), `seed` (the order and the crops), `process_index`/`process_count` (this
+    process yields slots [i * b, (i + 1) * b) of each global batch), `n_classes` (multi-hot width
+    of a list<int> label column; 0 takes the number of its ClassLabel names). `shards` and
+    `split` as `resolve_shards` takes them; `state` (from `state_dict()`) resumes a stream.
+    Opening reads the label column once: `label_range` is its min/max and where they are,
+    labels below -1 are a DatasetError (-1 and nulls mean "no label"); `multilabel` says whether
+    it is a list column and `class_names` are its ClassLabel names (None if absent);
+    `n_classes` is their number (an explicit n_classes must agree), else n_classes as given.
+    Path-only audio (bytes null and a path, or a string column of paths) is read from the files,
+    resolved with `audio_root` / `path_map`; opening checks a sample of them (`check_paths`). Each
+    `iter(loader)` in eval mode after the first batch of a pass starts a new pass.
+    """
 
     _TEST_TRANSFORMS: tuple[str, ...] = ()
+
+    def __init__(self, shards, *, batch_size: int, mode: str = "train", seed: int = 0,
+                 process_index: int = 0, process_count: int = 1, n_classes: int = 0,
+                 split: str | None = None, state: dict | None = None,
+                 config: birdjepa.data.config.LoaderConfig | None = None, transform: str = "audio",
+                 debug_delay_s: float = 0.0, **settings):
+        self._core = None
+        self._open_checked(shards, split, config, settings, mode=mode, transform=transform,
+                           batch_size=batch_size, seed=seed, process_index=process_index,
+                           process_count=process_count, n_classes=n_classes,
+                           debug_delay_s=debug_delay_s, state=state)
+        start = 0 if state is None else self._check_state(state)
+        self._by_kind: dict[str, int] = {}
+        self._damaged: set[tuple[int, int]] = set()
+        self._failures_seen = 0
+        self._wait_s = 0.0
+        self._yielded = 0
+        self._start(start)
+
+    # -- opening ------------------------------------------------------------------------------
 
     def _open_checked(self, shards, split, config, settings, *, mode, transform, batch_size,
                       seed, process_index, process_count, n_classes, debug_delay_s,
@@ -149,14 +188,23 @@ class _OpenedShards:
         """Check the settings and run arguments, open and check the shards, and derive the
         stream's config, fingerprint and the JSON the Rust core runs with. An unset
         `resampler` is resolved here: `state`'s (the stream it resumes), else the default."""
-        cfg = _make_config(config, settings).check()
+        cfg = _make_config(config, settings)
         cfg = self.cfg = dataclasses.replace(cfg, resampler=birdjepa.data.config.resolve_resampler(cfg, state))
-        self._check_run_args(mode, transform, batch_size, seed, n_classes)
+        if transform in TEST_TRANSFORMS and transform not in self._TEST_TRANSFORMS:
+            raise errors.BadArgumentError(
+                f"bad argument transform: expected \"audio\", got {transform!r} (a test-only "
+                "transform: use birdjepa.data._DebugLoader)")
+        # The settings and the run arguments' types, checked by Rust (the rest once the
+        # shards are open): each error names its setting.
+        args = {"mode": mode, "batch_size": batch_size, "seed": seed, "n_classes": n_classes,
+                "process_index": process_index, "process_count": process_count,
+                "transform": transform, "debug_delay_s": debug_delay_s}
+        opening = birdjepa.data.config.rust_json(cfg, args)
+        birdjepa._rs.check_loader_settings(opening)
         self.mode, self.batch_size, self.seed = mode, int(batch_size), int(seed)
         self.process_index, self.process_count = int(process_index), int(process_count)
         self.transform, self.debug_delay_s = transform, float(debug_delay_s)
-        self._open(shards, split, birdjepa.data.config.rust_json(
-            cfg, {**birdjepa.data.config.RUN_ARGS, "batch_size": self.batch_size, "mode": mode}))
+        self._open(shards, split, opening)
         self.multilabel = bool(self._dataset.multilabel)
         self.class_names = (sources.class_names(self.paths, cfg.label_column, shards)
                             if cfg.label_column else None)
@@ -175,22 +223,6 @@ class _OpenedShards:
         self._json = birdjepa.data.config.rust_json(cfg, {
             **run, "process_index": self.process_index, "process_count": self.process_count,
             "n_classes": stream_classes, "debug_delay_s": self.debug_delay_s})
-
-    def _check_run_args(self, mode, transform, batch_size, seed, n_classes) -> None:
-        """The run arguments Rust cannot word as well (the mode, the test-only transform,
-        types); Rust checks the rest."""
-        if mode not in ("train", "eval"):
-            raise birdjepa.data.config.bad_argument("mode", "'train' or 'eval'", repr(mode))
-        if transform not in ("audio", "debug"):  # Rust's words for the same check
-            raise errors.BadArgumentError(
-                f'bad argument transform: expected "audio" or "debug", got "{transform}"')
-        if transform != "audio" and transform not in self._TEST_TRANSFORMS:
-            raise errors.BadArgumentError(
-                f"bad argument transform: expected \"audio\", got {transform!r} (a test-only "
-                "transform: use birdjepa.data._DebugLoader)")
-        for name, v in (("batch_size", batch_size), ("seed", seed), ("n_classes", n_classes)):
-            if not birdjepa.data.config._is_int(v) or v < 0:
-                raise birdjepa.data.config.bad_argument(name, "a non-negative int", repr(v))
 
     def _open(self, shards, split, config_json: str) -> None:
         self.paths = resolve_shards(shards, split)
@@ -235,48 +267,6 @@ class _OpenedShards:
         if not isinstance(step, int) or step < 0:
             raise err(f"loader state mismatch: expected a step >= 0, got {step!r}")
         return step
-
-
-class Loader(_OpenedShards):
-    """Deterministic batches over Arrow shards; see the module docstring and
-    `birdjepa.data.LoaderConfig`.
-
-    `Loader(shards, batch_size=..., **settings)` or `Loader(shards, batch_size=...,
-    config=LoaderConfig(...))` (settings passed beside `config` override it; a training
-    config's `data` section is a LoaderConfig). The run's own arguments: `batch_size` (global,
-    all processes together; each gets batch_size // process_count), `mode` ("train": infinite,
-    reshuffled every epoch, random crops; "eval": one pass in index order, centre crops, last
-    batch padded), `seed` (the order and the crops), `process_index`/`process_count` (this
-    process yields slots [i * b, (i + 1) * b) of each global batch), `n_classes` (multi-hot width
-    of a list<int> label column; 0 takes the number of its ClassLabel names). `shards` and
-    `split` as `resolve_shards` takes them; `state` (from `state_dict()`) resumes a stream.
-    Opening reads the label column once: `label_range` is its min/max and where they are,
-    labels below -1 are a DatasetError (-1 and nulls mean "no label"); `multilabel` says whether
-    it is a list column and `class_names` are its ClassLabel names (None if absent);
-    `n_classes` is their number (an explicit n_classes must agree), else n_classes as given.
-    Path-only audio (bytes null and a path, or a string column of paths) is read from the files,
-    resolved with `audio_root` / `path_map`; opening checks a sample of them (`check_paths`). Each
-    `iter(loader)` in eval mode after the first batch of a pass starts a new pass.
-    """
-
-    def __init__(self, shards, *, batch_size: int, mode: str = "train", seed: int = 0,
-                 process_index: int = 0, process_count: int = 1, n_classes: int = 0,
-                 split: str | None = None, state: dict | None = None,
-                 config: birdjepa.data.config.LoaderConfig | None = None, transform: str = "audio",
-                 debug_delay_s: float = 0.0, **settings):
-        self._core = None
-        self._open_checked(shards, split, config, settings, mode=mode, transform=transform,
-                           batch_size=batch_size, seed=seed, process_index=process_index,
-                           process_count=process_count, n_classes=n_classes,
-                           debug_delay_s=debug_delay_s, state=state)
-        start = 0 if state is None else self._check_state(state)
-        self._by_kind: dict[str, int] = {}
-        self._damaged: set[tuple[int, int]] = set()
-        self._failures_seen = 0
-        self._wait_s = 0.0
-        self._yielded = 0
-        self._start(start)
-
 
     # -- lifecycle ------------------------------------------------------------------------------
 

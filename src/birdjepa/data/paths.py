@@ -16,9 +16,9 @@ loader's rule too: only a regular file of at most `max_audio_mb` MB is read; a F
 
 import io
 import os
-import stat
 from collections.abc import Mapping
 
+import birdjepa._rs
 import birdjepa.common.errors as errors
 
 
@@ -59,27 +59,18 @@ MAX_AUDIO_MB = 1024.0
 
 
 def kind_of(st: os.stat_result) -> str:
-    """What a file that is not a regular file is, in words ("a FIFO (named pipe)", ...)."""
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(st.st_mode):
-            return name
-    return "not a regular file"
+    """What a file that is not a regular file is, in words ("a FIFO (named pipe)", ...): the
+    loader's rule and words, asked of it (rust/src/shards/audio_file.rs `file_kind`)."""
+    return birdjepa._rs.file_kind(st.st_mode) or "a regular file"
 
 
 def usable(path: str | os.PathLike, st: os.stat_result,
            max_audio_mb: float = MAX_AUDIO_MB) -> None:
-    """Nothing if `st` (of `path`) is a regular file of at most `max_audio_mb` MB, else a
-    one-line birdjepa.DatasetError naming the file (the Rust loader's rule and words,
-    rust/src/shards/audio_file.rs: a FIFO, a device or a directory is never read)."""
-    if not stat.S_ISREG(st.st_mode):
-        raise errors.DatasetError(f"{os.fspath(path)}: expected a regular audio file, "
-                                        f"got {kind_of(st)}")
-    if max_audio_mb > 0 and st.st_size > max_audio_mb * 1e6:
-        raise errors.DatasetError(
-            f"{os.fspath(path)}: expected at most max_audio_mb={max_audio_mb:g} MB, got "
-            f"{st.st_size / 1e6:.1f} MB (raise max_audio_mb to read it)")
+    """Nothing if `st` (of `path`) is a regular file of at most `max_audio_mb` MB (<= 0: no
+    bound), else a one-line birdjepa.DatasetError naming the file: the Rust loader's rule and
+    words, asked of it (rust/src/shards/audio_file.rs `check_audio_file`: a FIFO, a device or a
+    directory is never read)."""
+    birdjepa._rs.check_audio_file(path, st.st_mode, st.st_size, max_audio_mb)
 
 
 def check_file(path: str | os.PathLike, max_audio_mb: float = MAX_AUDIO_MB) -> int:

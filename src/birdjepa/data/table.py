@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute
 
-import birdjepa
 import birdjepa.common.errors as errors
 import birdjepa.data
 import birdjepa.data.ipc

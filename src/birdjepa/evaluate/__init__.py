@@ -2,7 +2,7 @@
 recordings, tested on multilabel 5 s soundscape segments; cmAP, cmAP5, AUROC (BirdSet's and over
 present classes), top-1, with intervals.
 
-* `birdjepa.embed` (`birdjepa.models.inference.embed`): embeddings through the training transform.
+* `birdjepa.embeddings` (`birdjepa.models.inference.embeddings`): embeddings through the training transform.
 * `birdjepa.evaluate.run(cfg)` / `python -m birdjepa.evaluate`: encoders x probes (linear,
   attentive, prototypical, kNN) x few-shot k x seeds on one or more test sets, into
   results.parquet / results.csv, BirdSet-style tables (results.md) and a plot.

@@ -10,7 +10,6 @@ embeddings (runner.check_finite), found while embedding.
 import logging
 import sys
 
-import birdjepa
 import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
 import birdjepa.config

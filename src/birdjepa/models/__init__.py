@@ -3,7 +3,7 @@ weights=PATH)`), export a run's encoder to plain files (`birdjepa.models.artifac
 birdjepa.export`),
 and `open_model(spec)`, the one resolver the command lines share (a run directory, an export
 directory, or "bird-mae-base:PATH"). `load_encoder(path)` (also `birdjepa.load_encoder`) is the
-one way to load an encoder in Python; `birdjepa.encoder` re-exports it under its old path."""
+one way to load an encoder in Python."""
 
 import os
 
@@ -19,6 +19,9 @@ load_export = artifact.load_export
 open_model = artifact.open_model
 IMPORTED = tuple(bird_mae.PRESETS)
 """Names `load` takes: published architectures whose weights the user downloads."""
+
+__all__ = ["IMPORTED", "ConversionError", "Model", "load", "load_encoder", "load_export",
+           "open_model"]
 
 
 def load_encoder(path: str | os.PathLike, *, step: int | None = None, with_head: bool = False,

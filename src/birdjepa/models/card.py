@@ -120,7 +120,7 @@ def render(meta: dict, run_dir=None) -> str:
         "import birdjepa",
         "encoder, cfg = birdjepa.load_encoder(\"THIS_DIR\")  # no Orbax, no run directory",
         "out = encoder(x_btm)  # (B, T, M) normalised log-mel -> out.pooled_bd, out.patches_bnd",
-        "emb = birdjepa.embed(\"THIS_DIR\", \"recording.ogg\")  # the training transform",
+        "emb = birdjepa.embeddings(\"THIS_DIR\", \"recording.ogg\")  # the training transform",
         "```",
         "",
         "From the command line: `python -m birdjepa.embed THIS_DIR AUDIO_DIR --out emb.parquet`,",
@@ -155,7 +155,7 @@ def onnx_lines(meta: dict) -> list[str]:
         *outs,
         "",
         f"`embedding` is the encoder's pooled embedding (pool `{o['pool']}`). {head}The graph "
-        f"is {o['exported_dtype_note']}; it equals `birdjepa.embed` to "
+        f"is {o['exported_dtype_note']}; it equals `birdjepa.embeddings` to "
         f"{o.get('embed_rel_bound', 1e-4):.0e}".replace("e-0", "e-") + f" relative{_bf16_words(o)} "
         "(tests/test_export_onnx.py).",
         "",

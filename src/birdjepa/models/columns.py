@@ -1,4 +1,4 @@
-"""The output vocabulary of `birdjepa.embed`, `python -m birdjepa.embed` and `python -m
+"""The output vocabulary of `birdjepa.embeddings`, `python -m birdjepa.embed` and `python -m
 birdjepa.predict`, in one place: where a window comes from (`file`, or the dataset's `row` and
 its other columns), when (`start_s`, `end_s`, `duration_s`, `padded_s`), and what the encoder
 made of it (`emb_<pool>`, `patches`)."""
@@ -37,7 +37,7 @@ def vector_name(pool: str) -> str:
 
 def embedded(got: dict, pools: tuple[str, ...], length_s, durations: dict,
              paths: list[str] | None) -> dict[str, np.ndarray]:
-    """`birdjepa.embed`'s result from `inference.encode`'s `got` ({pool, row, start_s}): row,
+    """`birdjepa.embeddings`'s result from `inference.encode`'s `got` ({pool, row, start_s}): row,
     file (`paths[row]`, for path sources), the `timing` columns, then emb_<pool> / patches."""
     rows = got["row"].astype(np.int64)
     out = {"row": rows, **({"file": np.asarray(paths, str)[rows]} if paths else {}),

@@ -73,8 +73,8 @@ def probabilities(m: artifact.Model, src: recordings.Source, args) -> tuple[dict
     return recordings.where(src, out, w, durations), np.asarray(probs)
 
 
-def detections(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: float,
-               top_k: int) -> dict[str, pa.Array]:
+def rows(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: float,
+         top_k: int) -> dict[str, pa.Array]:
     """One row per (window, class) among the window's top_k with probability >= min_conf:
     every `where` column (file, or row and the dataset's columns; the times), then class,
     confidence and class_index."""
@@ -103,16 +103,16 @@ def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
         raise ValueError(f"--min_conf: expected a confidence in [0, 1], got {args.min_conf}")
 
 
-def predict(model, source, *, window_s: float | None = None, hop_s: float | None = None,
-            centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
-            activation: str = "auto", batch_size: int = 64, n_workers: int = 2,
-            audio_column: str = "audio", audio_root: str = "",
-            path_map: dict[str, str] | None = None) -> dict[str, pa.Array]:
-    """`birdjepa.predict(model, source)`: the detection rows `python -m birdjepa.predict` writes
+def detections(model, source, *, window_s: float | None = None, hop_s: float | None = None,
+               centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
+               activation: str = "auto", batch_size: int = 64, n_workers: int = 2,
+               audio_column: str = "audio", audio_root: str = "",
+               path_map: dict[str, str] | None = None) -> dict[str, pa.Array]:
+    """`birdjepa.detections(model, source)`: the detection rows `python -m birdjepa.predict` writes
     ({column: pyarrow array}; `pyarrow.table(rows)` makes the table). `model`: a run or export
     directory or a `birdjepa.models.Model`; `source`: what SOURCE takes (audio files,
     directories, shards) as a path or a list of them; `window_s` None: the model's clip, as the
-    command line and `birdjepa.embed`; `audio_root` / `path_map`: where a table's path-only
+    command line and `birdjepa.embeddings`; `audio_root` / `path_map`: where a table's path-only
     audio is now (birdjepa.data.paths)."""
     args = argparse.Namespace(window_s=window_s, hop_s=hop_s, centre=centre, top_k=top_k,
                               min_conf=min_conf, activation=activation, batch_size=batch_size,
@@ -125,7 +125,7 @@ def predict(model, source, *, window_s: float | None = None, hop_s: float | None
                                            else [source])], audio_column)
     recordings.check_files(src, audio_column, recordings.files(args))
     where, probs = probabilities(m, src, args)
-    return detections(where, probs, m.classes, min_conf=min_conf, top_k=top_k)
+    return rows(where, probs, m.classes, min_conf=min_conf, top_k=top_k)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> dict:
                          "--out_dir", args.overwrite)  # each table, before any compute
     m = artifact.open_model(args.model)
     where, probs = probabilities(m, src, args)
-    cols = detections(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
+    cols = rows(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
     if args.format == "raven" and args.out_dir is not None:
         raven.write_per_recording(cols, args.out_dir, sorted(set(where["file"].to_pylist())),
                                   m.audio["sample_rate"])

@@ -1,4 +1,4 @@
-"""`birdjepa.embed`: frozen-encoder embeddings of audio, through exactly the training transform.
+"""`birdjepa.embeddings`: frozen-encoder embeddings of audio, through exactly the training transform.
 
 Per window: decode (seeking where the container allows), resample to `sample_rate` with the
 model's `resampler`, Kaldi log-mel (`birdjepa.data.audio.clip`, the loader's Rust code),
@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 import pyarrow as pa
 
-import birdjepa
 import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.data
@@ -39,7 +38,6 @@ import birdjepa.models.artifact
 import birdjepa.models.bird_mae
 import birdjepa.models.columns as columns
 import birdjepa.models.failures
-import birdjepa.runtime.rundir
 
 POOLS = ("cls", "mean", "patches")
 
@@ -127,19 +125,15 @@ def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model
 
 
 def load_model(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, dict]:
-    """(encoder, its input settings: `input_of`) from what `load` takes."""
+    """(encoder, its input settings: `input_of`) from what `load` takes; a path goes through
+    birdjepa.models.open_model, the one reading of a model spec."""
     x = encoder_or_run_dir
-    if isinstance(x, birdjepa.model.ViT | birdjepa.models.Model):
-        m = x
-    elif isinstance(x, str | os.PathLike):
-        if birdjepa.runtime.rundir.is_run_dir(x):
-            enc, cfg = birdjepa.models.load_encoder(x, step=step)
-            return enc, birdjepa.models.artifact.run_input(cfg.data, str(x))
-        m = birdjepa.models.open_model(x)
-    else:
+    if isinstance(x, str | os.PathLike):
+        x = birdjepa.models.open_model(x, step=step)
+    elif not isinstance(x, birdjepa.model.ViT | birdjepa.models.Model):
         raise TypeError("expected a birdjepa.model.ViT, a birdjepa.models.Model, a run or "
                         f"export directory, got {type(x).__name__}")
-    return (m.encoder if isinstance(m, birdjepa.models.Model) else m), input_of(m)
+    return (x.encoder if isinstance(x, birdjepa.models.Model) else x), input_of(x)
 
 
 # -- sources ----------------------------------------------------------------------------------
@@ -416,13 +410,14 @@ def encode(encoder: birdjepa.model.ViT, batches, pools: tuple[str, ...],
     return {k: np.concatenate(v) if v else np.zeros((0,)) for k, v in out.items()}
 
 
-def embed(encoder_or_run_dir, source, *, window_s: float | None = None, hop_s: float | None = None,
-          centre: bool = False, pool: str | tuple[str, ...] | None = None, batch_size: int = 64,
-          audio_column: str = "audio", n_workers: int = 2, out: str | os.PathLike | None = None,
-          step: int | None = None, segment: str = "centre",
-          segment_columns: tuple[str, str] = ("start_time", "end_time"),
-          channels_first: bool = False, audio_root: str = "",
-          path_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+def embeddings(encoder_or_run_dir, source, *, window_s: float | None = None,
+               hop_s: float | None = None, centre: bool = False,
+               pool: str | tuple[str, ...] | None = None, batch_size: int = 64,
+               audio_column: str = "audio", n_workers: int = 2,
+               out: str | os.PathLike | None = None, step: int | None = None,
+               segment: str = "centre", segment_columns: tuple[str, str] = ("start_time", "end_time"),
+               channels_first: bool = False, audio_root: str = "",
+               path_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """Embeddings of every window of `source` by a frozen encoder, via the training transform.
 
     `encoder_or_run_dir`: a `birdjepa.model.ViT`, a run directory (latest checkpoint, or
@@ -479,7 +474,7 @@ def embed(encoder_or_run_dir, source, *, window_s: float | None = None, hop_s: f
 
 
 def write(result: dict[str, np.ndarray], path: str | os.PathLike) -> None:
-    """Save `embed`'s result as .npz, or as an Arrow IPC file (.arrow, one row per window)."""
+    """Save `embeddings`' result as .npz, or as an Arrow IPC file (.arrow, one row per window)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrow = path.suffix == ".arrow"

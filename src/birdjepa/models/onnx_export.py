@@ -9,7 +9,7 @@
     out_dir/config.json   model, audio settings, class names, the ONNX input/output contract
     out_dir/README.md     a model card: how to compute "fbank" without this package
 
-The graph is the same `ViT.__call__` that `birdjepa.embed` runs, traced and converted by
+The graph is the same `ViT.__call__` that `birdjepa.embeddings` runs, traced and converted by
 jax2onnx (the optional `onnx` extra); `lax.scan` over the blocks becomes an ONNX `Loop`. The
 batch is dynamic, the time axis is not: inputs are cut or zero-padded to `n_frames`, as embed
 does. Exported in float32 with the plain XLA attention: a `compute_dtype = "bfloat16"` model is
@@ -80,7 +80,7 @@ def graph_fn(m):
 
 
 EMBED_REL_BOUND = (1e-4, 1e-2)
-"""How closely the graph's outputs equal `birdjepa.embed`'s (max |difference| over max |value|)
+"""How closely the graph's outputs equal `birdjepa.embeddings`'s (max |difference| over max |value|)
 for a float32 and a bfloat16 model. The graph computes in float32; embed computes a bfloat16
 model in bfloat16, as it trained, so the two differ by bfloat16 round-off (measured 8e-4 to 3e-3
 on small models, checked in tests/test_export_onnx.py; bfloat16 keeps 8 significant bits)."""

@@ -21,7 +21,6 @@ import pyarrow.csv
 import pyarrow.parquet
 import tqdm
 
-import birdjepa
 import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs

@@ -103,7 +103,7 @@ def _remove_tmp_dirs(ckpt_dir: pathlib.Path) -> None:
         logger.warning("removed %d incomplete checkpoint(s): %s", len(removed), removed)
 
 
-class Checkpointer(integrity.IntactSteps):
+class Checkpointer:
     """A thin, opinionated wrapper over `ocp.CheckpointManager` for one run directory."""
 
     def __init__(self, ckpt_dir: str | pathlib.Path, *, every: int, keep: int,
@@ -121,7 +121,6 @@ class Checkpointer(integrity.IntactSteps):
         if not read_only:
             _remove_tmp_dirs(self.ckpt_dir)
         self._saving: int | None = None
-        self._init_integrity()
         options = ocp.CheckpointManagerOptions(
             save_interval_steps=0 if read_only else 1,  # the interval is ours: see `save`
             max_to_keep=None,  # rotation is ours: see `_rotate`
@@ -131,6 +130,7 @@ class Checkpointer(integrity.IntactSteps):
         with _quiet_read_only():
             self._mngr = ocp.CheckpointManager(self.ckpt_dir, options=options,
                                                item_names=ITEMS)
+        self._steps = integrity.IntactSteps(self._mngr, self.ckpt_dir, read_only=read_only)
 
     def all_steps(self) -> list[int]:
         """Every committed step, intact or not, oldest first."""
@@ -139,11 +139,11 @@ class Checkpointer(integrity.IntactSteps):
     def latest_step(self) -> int | None:
         """The newest intact step (corrupt newer ones are set aside), None if there is no step;
         `CorruptCheckpointError` if there are steps but none is intact."""
-        return self._first_intact(self._read_json)[0]
+        return self._steps.first_intact(self._steps.read_json)[0]
 
     def read_meta(self, step: int | None = None) -> dict:
         """The JSON metadata of `step` (default: the newest intact step), without the arrays."""
-        step, (_, meta) = self._load(step, self._read_json)
+        step, (_, meta) = self._load(step, self._steps.read_json)
         return {k: v for k, v in meta.items() if k != integrity.WRITES_MANIFEST}  # as saved
 
     def restore(self, state_like: typing.Any, *, step: int | None = None) -> Restored:
@@ -160,32 +160,32 @@ class Checkpointer(integrity.IntactSteps):
 
     def _load(self, step: int | None, load):
         if step is None:
-            found, out = self._first_intact(load)
+            found, out = self._steps.first_intact(load)
             if found is None:
                 raise FileNotFoundError(f"no complete checkpoint in {self.ckpt_dir}")
             return found, out
         if step not in self._mngr.all_steps():
             raise FileNotFoundError(f"no complete checkpoint of step {step} in {self.ckpt_dir}")
         try:
-            return step, self._check(step, load)
+            return step, self._steps.check(step, load)
         except integrity.Corrupt as e:
-            where = self._set_aside(step, str(e))
-            raise CorruptCheckpointError(self._line(step, str(e), where, "")) from None
+            where = self._steps.set_aside(step, str(e))
+            raise CorruptCheckpointError(self._steps.line(step, str(e), where, "")) from None
 
     def _restore_arrays(self, step: int, verified: bool, abstract) -> tuple:
         """(state, loader, meta) of a step: read, then checked finite."""
-        loader, meta = self._read_json(step, verified)
-        if not integrity.same_shapes(self._step_dir(step) / "state", abstract):
+        loader, meta = self._steps.read_json(step, verified)
+        if not integrity.same_shapes(self._steps.step_dir(step) / "state", abstract):
             raise ShapeMismatchError(f"checkpoint step {step} in {self.ckpt_dir}: expected "
                                      "arrays of the shapes asked for, got other shapes")
         try:
-            state = self._agreed(lambda: self._mngr.restore(step, args=ocp.args.Composite(
+            state = integrity.agreed(lambda: self._mngr.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract)))["state"])
         except Exception as e:
             # The files are as committed, or hold another structure: the caller's mistake.
-            if verified or not integrity.same_shapes(self._step_dir(step) / "state", abstract):
+            if verified or not integrity.same_shapes(self._steps.step_dir(step) / "state", abstract):
                 raise
-            raise integrity.unreadable(e, self._step_dir(step), "unreadable arrays") from None
+            raise integrity.unreadable(e, self._steps.step_dir(step), "unreadable arrays") from None
         bad = integrity.nonfinite_leaf(state)
         if bad is not None:
             raise integrity.Corrupt(f"non-finite values in state{bad}")
@@ -196,8 +196,8 @@ class Checkpointer(integrity.IntactSteps):
         step = self._saving
         try:
             tmp = self.ckpt_dir / f"{step}{_TMP}"
-            integrity.write_manifest(tmp if tmp.is_dir() else self._step_dir(step))
-            self._verified.add(step)
+            integrity.write_manifest(tmp if tmp.is_dir() else self._steps.step_dir(step))
+            self._steps.verified.add(step)
         except Exception as e:  # an exception here would lose the step at once
             logger.warning("checkpoint step %s in %s: no integrity manifest written (%s); a "
                            "restore will set it aside as corrupt", step, self.ckpt_dir,
@@ -210,15 +210,15 @@ class Checkpointer(integrity.IntactSteps):
         if jax.process_index() == 0:
             steps = sorted(self._mngr.all_steps())
             keep = set(steps[-self.keep:])
-            if self._newest_verified(steps[-self.keep:]) is None:
-                keep.add(self._newest_verified(steps))  # may be None: nothing extra kept
+            if self._steps.newest_verified(steps[-self.keep:]) is None:
+                keep.add(self._steps.newest_verified(steps))  # may be None: nothing extra kept
             for step in steps:
                 if step not in keep:  # rename first: a kill mid-delete leaves a tmp directory
                     doomed = self.ckpt_dir / f"{step}{_TMP}-deleted-{time.time_ns()}"
-                    self._step_dir(step).rename(doomed)
+                    self._steps.step_dir(step).rename(doomed)
                     shutil.rmtree(doomed, ignore_errors=True)
-                    self._verified.discard(step)
-        self._resync("ckpt-rotate")
+                    self._steps.verified.discard(step)
+        self._steps.resync("ckpt-rotate")
 
     def save(self, step: int, state: typing.Any, *, loader: dict, meta: dict,
              force: bool = False) -> bool:
@@ -265,4 +265,4 @@ class Checkpointer(integrity.IntactSteps):
 
     def digest(self, step: int) -> str:
         """The identity of `step`: its manifest's sha256 (birdjepa.runtime.integrity.digest)."""
-        return integrity.digest(self._step_dir(step))
+        return integrity.digest(self._steps.step_dir(step))

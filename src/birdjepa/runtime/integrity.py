@@ -228,39 +228,47 @@ def _broadcast(value: int) -> int:
     return int(mhu.broadcast_one_to_all(np.int32(value)))
 
 
+def agreed(fn):
+    """fn(), re-raising its exception; a failure on any process fails every process."""
+    try:
+        out, err = fn(), None
+    except Exception as e:
+        out, err = None, e
+    if birdjepa.runtime.distributed.any_process(err is not None):
+        raise err if err is not None else RuntimeError("failed on another process")
+    return out
+
+
 class IntactSteps:
-    """The integrity half of a Checkpointer: verdicts on steps (agreed by every process), the
-    newest intact step, setting corrupt ones aside. The subclass sets `ckpt_dir`, `read_only`,
-    `_mngr` (an `ocp.CheckpointManager`) and calls `_init_integrity`."""
+    """Which steps of a checkpoint directory are intact: verdicts on steps (agreed by every
+    process), the newest intact step, setting corrupt ones aside. A Checkpointer holds one over
+    its `ocp.CheckpointManager`; everything it reads is its own."""
 
-    ckpt_dir: pathlib.Path
-    read_only: bool
-    _mngr: ocp.CheckpointManager
-
-    def _init_integrity(self) -> None:
-        self._verified: set[int] = set()  # process 0: steps known to match their manifest
+    def __init__(self, mngr: ocp.CheckpointManager, ckpt_dir: pathlib.Path, *, read_only: bool):
+        self.mngr, self.ckpt_dir, self.read_only = mngr, ckpt_dir, read_only
+        self.verified: set[int] = set()  # process 0: steps known to match their manifest
         self._agreed_ok: set[int] = set()  # the same, as agreed by every process
         self._corrupt: dict[int, str] = {}  # read-only: corrupt steps left in place, and why
 
-    def _first_intact(self, load):
+    def first_intact(self, load):
         """(step, load(step, verified)) for the newest step that passes every check, setting
         aside the corrupt ones on the way; (None, None) when there are no steps."""
         rejected, new = [], []
-        for step in sorted(self._mngr.all_steps(), reverse=True):
+        for step in sorted(self.mngr.all_steps(), reverse=True):
             if step in self._corrupt:  # read-only: found before, already named
                 rejected.append((step, self._corrupt[step], None))
                 continue
             try:
-                out = self._check(step, load)
+                out = self.check(step, load)
             except Corrupt as e:
-                rejected.append((step, str(e), self._set_aside(step, str(e))))
+                rejected.append((step, str(e), self.set_aside(step, str(e))))
                 new.append(rejected[-1])
                 continue
             if new:
                 collect_failed_reads()  # now that the failed reads' exceptions are gone
             if jax.process_index() == 0:
                 for s, reason, where in new:
-                    logger.warning(self._line(s, reason, where, f"; falling back to step {step}"))
+                    logger.warning(self.line(s, reason, where, f"; falling back to step {step}"))
             return step, out
         if not rejected:
             return None, None
@@ -271,12 +279,12 @@ class IntactSteps:
         raise CorruptCheckpointError(
             f"no intact checkpoint in {self.ckpt_dir}: {tried} ({aside}); nothing was restored")
 
-    def _check(self, step: int, load):
+    def check(self, step: int, load):
         """load(step, verified) after the file check; raises `Corrupt` on every process."""
         verdict, reason = self._verdict(step)
         if verdict == CORRUPT:
             raise Corrupt(reason)
-        meta = self._read_json(step, verdict == VERIFIED)[1]
+        meta = self.read_json(step, verdict == VERIFIED)[1]
         if verdict == UNVERIFIED and WRITES_MANIFEST in meta:
             raise Corrupt(f"no {rundir.MANIFEST}, though its metadata says this version saved it")
         if meta.get("step", step) != step:  # a step directory copied under another number
@@ -288,49 +296,39 @@ class IntactSteps:
         """Process 0's verdict on the step's files, agreed by every process (its cache too)."""
         if step in self._agreed_ok:
             return VERIFIED, ""
-        verdict, reason = check_files(self._step_dir(step)) if jax.process_index() == 0 else (
+        verdict, reason = check_files(self.step_dir(step)) if jax.process_index() == 0 else (
             0, "see process 0's log")
         verdict = _broadcast(verdict)
         if verdict == VERIFIED:
             self._agreed_ok.add(step)
         return verdict, reason
 
-    def _agreed(self, fn):
-        """fn(), re-raising its exception; a failure on any process fails every process."""
-        try:
-            out, err = fn(), None
-        except Exception as e:
-            out, err = None, e
-        if birdjepa.runtime.distributed.any_process(err is not None):
-            raise err if err is not None else RuntimeError("failed on another process")
-        return out
-
-    def _read_json(self, step: int, verified: bool) -> tuple[dict, dict]:
+    def read_json(self, step: int, verified: bool) -> tuple[dict, dict]:
         """(loader, meta) of a step; unreadable JSON (or, unverified, state metadata) is
         corruption."""
         def read():
-            out = self._mngr.restore(step, args=ocp.args.Composite(
+            out = self.mngr.restore(step, args=ocp.args.Composite(
                 loader=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()))
             if not verified:
-                ocp.StandardCheckpointHandler().metadata(self._step_dir(step) / "state")
+                ocp.StandardCheckpointHandler().metadata(self.step_dir(step) / "state")
             if not isinstance(out["meta"], dict) or not isinstance(out["loader"], dict):
                 raise ValueError("JSON items are not objects")
             return out["loader"], out["meta"]
         try:
-            return self._agreed(read)
+            return agreed(read)
         except Exception as e:
-            raise unreadable(e, self._step_dir(step)) from None
+            raise unreadable(e, self.step_dir(step)) from None
 
-    def _step_dir(self, step: int) -> pathlib.Path:
+    def step_dir(self, step: int) -> pathlib.Path:
         return rundir.step_dir(self.ckpt_dir, step)
 
-    def _line(self, step: int, reason: str, where: pathlib.Path | None, then: str) -> str:
+    def line(self, step: int, reason: str, where: pathlib.Path | None, then: str) -> str:
         done = "left in place (read-only)" if where is None else f"moved aside to {where}"
         return f"checkpoint step {step} in {self.ckpt_dir} is corrupt ({reason}): {done}{then}"
 
-    def _set_aside(self, step: int, reason: str) -> pathlib.Path | None:
+    def set_aside(self, step: int, reason: str) -> pathlib.Path | None:
         """Rename a corrupt step out of Orbax's sight (never deleted); None when read-only."""
-        self._verified.discard(step)
+        self.verified.discard(step)
         self._agreed_ok.discard(step)
         if self.read_only:
             self._corrupt[step] = reason
@@ -342,19 +340,19 @@ class IntactSteps:
             while where.exists():
                 n += 1
                 where = self.ckpt_dir / f"{step}.corrupt-{stamp}-{n}"
-            self._step_dir(step).rename(where)
-        self._resync(f"ckpt-set-aside-{step}")
+            self.step_dir(step).rename(where)
+        self.resync(f"ckpt-set-aside-{step}")
         return where
 
-    def _resync(self, name: str) -> None:
+    def resync(self, name: str) -> None:
         birdjepa.runtime.distributed.barrier(name)
-        self._mngr.reload()
-        self._agreed_ok &= set(self._mngr.all_steps())
+        self.mngr.reload()
+        self._agreed_ok &= set(self.mngr.all_steps())
 
-    def _newest_verified(self, steps: list[int]) -> int | None:
+    def newest_verified(self, steps: list[int]) -> int | None:
         for step in reversed(steps):
-            if step in self._verified or check_files(self._step_dir(step))[0] == VERIFIED:
-                self._verified.add(step)
+            if step in self.verified or check_files(self.step_dir(step))[0] == VERIFIED:
+                self.verified.add(step)
                 return step
         return None
 

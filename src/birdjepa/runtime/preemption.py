@@ -1,6 +1,6 @@
 """`Preemption`: a flag raised by a stop signal and read by the training loop at step boundaries.
 
-No submitit here: the command line and `birdjepa.runtime.job.TrainingJob` both install it.
+No submitit here: the command line and `birdjepa.launch.job.TrainingJob` both install it.
 
 A second Ctrl-C aborts the process at once (exit 130) from two places, whichever comes first:
 the Python handler (the main thread between two bytecodes) and a watcher thread woken by the

@@ -17,7 +17,6 @@ import signal
 import sys
 import typing
 
-import birdjepa
 import birdjepa.common.cli_args
 import birdjepa.common.errors as errors
 import birdjepa.config

@@ -98,7 +98,8 @@ def open_run(cfg: birdjepa.config.Config, *, loaders=None) -> Run | dict:
                   f"{run_dir}; nothing to do", flush=True)
         return {**done, "already_complete": True, "preempted": False}
     mesh = birdjepa.train.state.make_mesh()
-    birdjepa.config.validate(cfg, n_devices=mesh.devices.size, process_count=jax.process_count())
+    birdjepa.config.check_layout(cfg, n_devices=mesh.devices.size,
+                                 process_count=jax.process_count())
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,6 @@ import typing
 
 import submitit
 
-import birdjepa
 import birdjepa._rs
 import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
@@ -39,9 +38,9 @@ import birdjepa.data
 import birdjepa.data.config
 import birdjepa.data.loader
 import birdjepa.data.sources
-import birdjepa.gpuplan.rules
-import birdjepa.gpuplan.targets
-import birdjepa.runtime.job
+import birdjepa.launch.gpuplan.rules as rules
+import birdjepa.launch.gpuplan.targets as targets
+import birdjepa.launch.job as job
 import birdjepa.runtime.preemption
 import birdjepa.runtime.rundir
 import birdjepa.runtime.slurm_env
@@ -260,15 +259,15 @@ def plan_lines(cfg: birdjepa.config.Config, lc: LaunchConfig) -> list[tuple[str,
     """With --slurm.gpu: whether the entry fits that GPU, from the plan file."""
     if not lc.slurm.gpu:
         return []
-    if lc.slurm.gpu not in birdjepa.gpuplan.targets.GPUS:
-        raise SweepError(f"--slurm.gpu: expected one of {', '.join(birdjepa.gpuplan.targets.GPUS)}"
+    if lc.slurm.gpu not in targets.GPUS:
+        raise SweepError(f"--slurm.gpu: expected one of {', '.join(targets.GPUS)}"
                          f", got {lc.slurm.gpu!r}")
     try:
-        rows = birdjepa.gpuplan.rules.load(lc.plan)
+        rows = rules.load(lc.plan)
     except ValueError as e:
         return [(f"plan: {e}", False)]
     devices = lc.slurm.nodes * max(lc.slurm.gpus_per_node, 1)
-    return [birdjepa.gpuplan.rules.entry_line(cfg, lc.slurm.gpu, devices, rows, lc.plan)]
+    return [rules.entry_line(cfg, lc.slurm.gpu, devices, rows, lc.plan)]
 
 
 def layout_lines(lc: LaunchConfig) -> list[str]:
@@ -331,7 +330,7 @@ def make_executor(lc: LaunchConfig, *, job_name: str, n_workers: int):
     folder = pathlib.Path(lc.log_dir) / job_name
     executor = submitit.AutoExecutor(folder=folder, cluster=lc.executor)
     if lc.executor == "local":
-        executor._executor = birdjepa.runtime.job.GroupLocalExecutor(folder)
+        executor._executor = job.GroupLocalExecutor(folder)
     s = lc.slurm
     params = dict(
         timeout_min=max(1, int(round(lc.n_hours * 60))),
@@ -396,12 +395,12 @@ def launch(lc: LaunchConfig) -> list:
     fixed = [c.data.n_workers * 2 for c in todo if c.data.n_workers != "auto"]
     n_workers = max(fixed) if len(fixed) == len(todo) else 14
     executor = make_executor(lc, job_name=name, n_workers=n_workers)
-    with birdjepa.runtime.job.Interrupts(enabled=bool(lc.max_parallel)) as stop:
+    with job.Interrupts(enabled=bool(lc.max_parallel)) as stop:
         return _submit(executor, todo, lc.max_parallel, stop)
 
 
 def _submit(executor, todo: list[birdjepa.config.Config], max_parallel: int,
-            stop: birdjepa.runtime.job.Interrupts) -> list:
+            stop: job.Interrupts) -> list:
     """Submit `todo` in groups of `max_parallel` (0: all at once, not waited for), each group
     after the one before has ended; none after a stop signal."""
     group = max_parallel or len(todo)
@@ -411,9 +410,9 @@ def _submit(executor, todo: list[birdjepa.config.Config], max_parallel: int,
         if stop.signum is not None:
             raise Interrupted(stop.signum, [], todo[start:])
         with executor.batch():
-            new = [executor.submit(birdjepa.runtime.job.TrainingJob(c)) for c in chunk]
-        for job, c in zip(new, chunk, strict=True):
-            print(f"job {job.job_id}: {c.run_id} run_dir={c.run_dir} logs={job.paths.stdout}",
+            new = [executor.submit(job.TrainingJob(c)) for c in chunk]
+        for j, c in zip(new, chunk, strict=True):
+            print(f"job {j.job_id}: {c.run_id} run_dir={c.run_dir} logs={j.paths.stdout}",
                   flush=True)
         jobs += new
         if max_parallel:
@@ -426,7 +425,7 @@ def _submit(executor, todo: list[birdjepa.config.Config], max_parallel: int,
 
 
 def _wait(jobs: list, cfgs: list[birdjepa.config.Config],
-          stop: birdjepa.runtime.job.Interrupts) -> list[str]:
+          stop: job.Interrupts) -> list[str]:
     """Wait for every job; print how each ended (a failed run does not stop the sweep) unless a
     stop signal came (Interrupted says it then). Returns how each ended."""
     while not all(job.done() for job in jobs):
@@ -477,9 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SweepError, birdjepa.config.ConfigError) as e:
         return cli_args.fail(e)
     except Interrupted as e:
-        birdjepa.runtime.job.say(str(e), sys.stderr)
+        job.say(str(e), sys.stderr)
         return 128 + e.signum
     except KeyboardInterrupt:  # before or while submitting, not waiting
-        birdjepa.runtime.job.say("interrupted: nothing further submitted", sys.stderr)
+        job.say("interrupted: nothing further submitted", sys.stderr)
         return birdjepa.runtime.preemption.EXIT_INTERRUPTED
     return 0
