@@ -26,6 +26,7 @@ import pyarrow as pa
 
 import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
+import birdjepa.common.outputs as outputs
 import birdjepa.data.audio
 import birdjepa.data.from_annotations
 
@@ -107,10 +108,9 @@ def write(files, out_dir: str | os.PathLike, *, label_from: str | None = None,
     table = pa.table(cols).replace_schema_metadata(
         {"huggingface": json.dumps({"info": {"features": features}})})
     path = out_dir / "data-00000-of-00001.arrow"
-    tmp = path.with_suffix(".arrow.tmp")
-    with pa.OSFile(str(tmp), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:
+    with outputs.replacing(path) as tmp, pa.OSFile(str(tmp), "wb") as f, \
+            pa.ipc.new_stream(f, table.schema) as w:
         w.write_table(table)
-    os.replace(tmp, path)
     birdjepa.data.from_annotations.write_state(
         out_dir, table, f"birdjepa from_files: {len(files)} recordings, path-only")
     return path

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+import birdjepa.common.outputs as outputs
 import birdjepa.runtime.distributed
 import birdjepa.runtime.rundir as rundir
 
@@ -80,11 +81,9 @@ def checkpoint_digest(run_dir: str | pathlib.Path, step: int) -> str:
 
 
 def write_manifest(step_dir: pathlib.Path) -> None:
-    """Hash the step's files into `step_dir/birdjepa-integrity.json` (tmp + rename)."""
-    blob = json.dumps({"version": 1, "files": hash_files(step_dir)}, indent=0, sort_keys=True)
-    tmp = step_dir / (rundir.MANIFEST + ".tmp")
-    tmp.write_text(blob)
-    tmp.rename(step_dir / rundir.MANIFEST)
+    """Hash the step's files into `step_dir/birdjepa-integrity.json` (birdjepa.common.outputs)."""
+    outputs.write_json(step_dir / rundir.MANIFEST, {"version": 1, "files": hash_files(step_dir)},
+                       indent=0, sort_keys=True)
 
 
 def check_files(step_dir: pathlib.Path) -> tuple[int, str]:

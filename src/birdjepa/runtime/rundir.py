@@ -25,6 +25,7 @@ import pathlib
 import socket
 import time
 
+import birdjepa.common.outputs as outputs
 import birdjepa.config
 
 COMPLETE = "COMPLETE"
@@ -164,10 +165,9 @@ def is_complete(run_dir: str | pathlib.Path) -> bool:
 
 
 def mark_complete(run_dir: pathlib.Path, summary: dict) -> None:
-    """Written last, after the final checkpoint committed (atomically: tmp + rename)."""
-    tmp = run_dir / (COMPLETE + ".tmp")
-    tmp.write_text(json.dumps(summary))
-    os.replace(tmp, run_dir / COMPLETE)
+    """Written last, after the final checkpoint committed (birdjepa.common.outputs: beside, then
+    renamed into place)."""
+    outputs.write_json(run_dir / COMPLETE, summary)
 
 
 def clear_complete(run_dir: pathlib.Path) -> None:
