@@ -1,6 +1,8 @@
 """ViT encoder: shapes for square and non-square patches, position encodings, options, remat,
 attention against an explicit reference, mixed precision."""
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -193,3 +195,74 @@ def test_shorter_inputs_use_the_first_rows_of_the_grid(pos):
         with pytest.raises(ValueError, match=f"multiple of patch height 8 frames, at most 32, "
                                              f"got {bad}"):
             enc(jax.random.normal(jax.random.key(1), (1, bad, 128)))
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 1e-2)])
+def test_fused_qk_norm_rope_equals_the_reference_forward_and_gradients(dtype, tol):
+    """Issue 46: QK-norm and RoPE in one pass with their own backward (`qk_norm_rope`) against
+    the plain definition (RMSNorm, then RoPE, autodiff): outputs and the gradients of q, k and
+    both scales, with RoPE angles up to 100 rad (float32 rotation), in float32 to 1e-5 and in
+    bfloat16 within its rounding. The block uses the fused path."""
+    b, n, h, d = 2, 24, 3, 16
+    ks = jax.random.split(jax.random.key(0), 7)
+    q = (3.0 * jax.random.normal(ks[0], (b, n, h, d))).astype(dtype)
+    k = (0.5 * jax.random.normal(ks[1], (b, n, h, d)) + 1.0).astype(dtype)
+    g_q, g_k = (1.0 + 0.3 * jax.random.normal(ks[i], (d,)) for i in (2, 3))
+    ang = jax.random.uniform(ks[4], (1, n, d // 2), maxval=100.0)
+    ct = tuple(jax.random.normal(ks[i], (b, n, h, d)).astype(dtype) for i in (5, 6))
+
+    def run(fn):
+        out, vjp = jax.vjp(lambda *a: fn(*a, ang), q, k, g_q, g_k)
+        return out, vjp(ct)
+
+    (out, grads), (ref, ref_grads) = jax.jit(run, static_argnums=0)(model.qk_norm_rope), \
+        jax.jit(run, static_argnums=0)(model.qk_norm_rope_reference)
+    for got, want in zip((*out, *grads), (*ref, *ref_grads), strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert _rel(got, want) <= tol, (_rel(got, want), tol)
+    enc = model.ViT(tiny(pos="rope", qk_norm=True), n_frames=32, n_mels=64, key=jax.random.key(0))
+    assert "custom_vjp_call" in str(jax.make_jaxpr(enc)(jnp.zeros((1, 32, 64))))
+
+
+def test_unrolled_layers_equal_the_scan_forward_and_gradients():
+    """`scan_layers = false` runs the same stacked blocks in a Python loop (remat per block):
+    the same outputs and gradients as the scan, traced without a scan."""
+    cfg = tiny(pos="rope", qk_norm=True, layerscale=0.1, remat="dots", depth=3)
+    x = jax.random.normal(jax.random.key(1), (2, 32, 64))
+    encs = [model.ViT(dataclasses.replace(cfg, scan_layers=s), n_frames=32, n_mels=64,
+                      key=jax.random.key(0)) for s in (True, False)]
+
+    def loss(e):
+        return jnp.square(e(x).pooled_bd).sum()
+
+    (l_scan, g_scan), (l_loop, g_loop) = (
+        eqx.filter_jit(eqx.filter_value_and_grad(loss))(e) for e in encs)
+    np.testing.assert_allclose(l_loop, l_scan, rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g_loop), jax.tree.leaves(g_scan), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+    assert " scan[" in str(jax.make_jaxpr(loss)(encs[0]))
+    assert " scan[" not in str(jax.make_jaxpr(loss)(encs[1]))
+
+
+def test_bfloat16_residual_stream():
+    """`residual_dtype = "bfloat16"`: the stream between blocks is bfloat16, the outputs stay
+    float32 and within bfloat16's rounding of the float32 stream; a bfloat16 residual with
+    float32 compute is refused naming both settings."""
+    x = jax.random.normal(jax.random.key(1), (2, 32, 64))
+    base = tiny(compute_dtype="bfloat16", layerscale=0.1, pos="rope", qk_norm=True)
+    f32 = model.ViT(base, n_frames=32, n_mels=64, key=jax.random.key(0))
+    bf = model.ViT(dataclasses.replace(base, residual_dtype="bfloat16"), n_frames=32, n_mels=64,
+                   key=jax.random.key(0))
+    out, ref = bf(x), f32(x)
+    assert out.pooled_bd.dtype == jnp.float32 and out.patches_bnd.dtype == jnp.float32
+    assert 0 < _rel(out.patches_bnd, ref.patches_bnd) < 3e-2
+    carry = [e for e in jax.make_jaxpr(bf)(x).jaxpr.eqns if e.primitive.name == "scan"][0]
+    assert carry.outvars[0].aval.dtype == jnp.bfloat16
+    with pytest.raises(ValueError, match="model.residual_dtype: expected 'float32' with "
+                       "compute_dtype 'float32'.*got 'bfloat16'"):
+        tiny(residual_dtype="bfloat16")

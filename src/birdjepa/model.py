@@ -8,9 +8,11 @@ into one module with a leading `depth` axis (built with `eqx.filter_vmap`) and a
 
 Mixed precision: parameters are always float32 (so are the optimiser state and checkpoints).
 With `compute_dtype = "bfloat16"` every matmul and the attention run in bfloat16 (weights are
-cast at use); the residual stream between blocks, the norms' statistics (LayerNorm, RMSNorm),
-the attention softmax, RoPE's rotation and the final norm stay float32, so the encoder's outputs
-(and every loss, head and probe computed from them) are float32.
+cast at use); the norms' statistics (LayerNorm, RMSNorm), the attention softmax, RoPE's rotation
+and the final norm stay float32, so the encoder's outputs (and every loss, head and probe
+computed from them) are float32. The residual stream between blocks is `residual_dtype`
+(float32 unless set). With `scan_layers = false` the stacked blocks run in a Python loop
+instead of `lax.scan` (same parameters).
 """
 
 import typing
@@ -110,6 +112,83 @@ def apply_rope(x_bnhd: Float[Array, "b n h d"], ang_bnp: Float[Array, "b n p"]):
     return out.reshape(x_bnhd.shape).astype(x_bnhd.dtype)
 
 
+def _rotate(x: Float[Array, "... d"], cos, sin, *, inverse: bool = False) -> Float[Array, "... d"]:
+    """RoPE's rotation of the halves (x1, x2) by the angles whose cos and sin are given (float32,
+    broadcast over x's (..., d/2) halves): (x1 cos - x2 sin, x1 sin + x2 cos), or its inverse
+    (the transpose: the rotation by minus the angles). As `x c + swap(x) s` on a (2, d/2) view,
+    the swap a reverse, so the pass reads x only at its own and its partner's position."""
+    *lead, d = x.shape
+    x = x.reshape(*lead, 2, d // 2)
+    sign = jnp.array([1.0, -1.0] if inverse else [-1.0, 1.0], jnp.float32)[:, None]
+    return (x * cos + x[..., ::-1, :] * (sign * sin)).reshape(*lead, d)
+
+
+def _rms(t32):
+    return jax.lax.rsqrt(jnp.square(t32).mean(-1, keepdims=True) + 1e-6)
+
+
+def _norm_rotate(t, g, cos, sin):
+    """rope(rmsnorm(t) * g) as r * rope(t * g), r = 1 / rms(t) per head: the rotation is linear
+    and r a per-row scalar, so the one row statistic and one elementwise pass that reads t (at
+    its own and its partner's position) give it; float32 inside, t's dtype out."""
+    t32 = t.astype(jnp.float32)
+    return (_rotate(t32 * g, cos, sin) * _rms(t32)).astype(t.dtype)
+
+
+@jax.custom_vjp
+def _qk_norm_rope(q, k, g_q, g_k, cos, sin):
+    return _norm_rotate(q, g_q, cos, sin), _norm_rotate(k, g_k, cos, sin)
+
+
+def _qk_norm_rope_fwd(q, k, g_q, g_k, cos, sin):
+    return _qk_norm_rope(q, k, g_q, g_k, cos, sin), (q, k, g_q, g_k, cos, sin)
+
+
+def _norm_rotate_bwd(t, g, cos, sin, dout):
+    """Gradients of `_norm_rotate` for its output's cotangent `dout`: y = t g r rotated, so with
+    dy = rotate^T(dout) and u = dy g: dt = r u - t r^3 mean(u t) (per head), dg = sum over
+    rows of dy t r. One row statistic, one pass that writes dt, one column sum: the only
+    activation it needs is t, the matmul's output that the backward pass keeps anyway."""
+    t32 = t.astype(jnp.float32)
+    r = _rms(t32)
+    dy = _rotate(dout.astype(jnp.float32), cos, sin, inverse=True)
+    mean_ut = (dy * g * t32).mean(-1, keepdims=True)
+    dt = r * (dy * g) - t32 * (r * r * r) * mean_ut
+    dg = (dy * t32 * r).reshape(-1, t.shape[-1]).sum(0)
+    return dt.astype(t.dtype), dg
+
+
+def _qk_norm_rope_bwd(res, cts):
+    q, k, g_q, g_k, cos, sin = res
+    dq, dg_q = _norm_rotate_bwd(q, g_q, cos, sin, cts[0])
+    dk, dg_k = _norm_rotate_bwd(k, g_k, cos, sin, cts[1])
+    return dq, dk, dg_q, dg_k, jnp.zeros_like(cos), jnp.zeros_like(sin)
+
+
+_qk_norm_rope.defvjp(_qk_norm_rope_fwd, _qk_norm_rope_bwd)
+
+
+def qk_norm_rope(q_bnhd: Float[Array, "b n h d"], k_bnhd: Float[Array, "b n h d"],
+                 g_q: Float[Array, " d"], g_k: Float[Array, " d"],
+                 ang_bnp: Float[Array, "b n p"]):
+    """QK-norm (RMSNorm per head with scales g_q, g_k) then RoPE of q and k, fused: one pass
+    over each in the forward and its own backward (`_norm_rotate_bwd`) instead of autodiff's
+    float32 intermediates between the norm and the rotation. Equal to `qk_norm_rope_reference`
+    within bfloat16's rounding (tests/test_model.py); (q, k) in q's dtype."""
+    cos, sin = jnp.cos(ang_bnp)[:, :, None, None, :], jnp.sin(ang_bnp)[:, :, None, None, :]
+    return _qk_norm_rope(q_bnhd, k_bnhd, g_q, g_k, cos, sin)
+
+
+def qk_norm_rope_reference(q_bnhd, k_bnhd, g_q, g_k, ang_bnp):
+    """The same as `qk_norm_rope` written plainly (RMSNorm, then `apply_rope`, gradients by
+    autodiff): the definition the fused path is tested against."""
+    def norm(t, g):
+        t32 = t.astype(jnp.float32)
+        return (t32 * _rms(t32) * g).astype(t.dtype)
+
+    return apply_rope(norm(q_bnhd, g_q), ang_bnp), apply_rope(norm(k_bnhd, g_k), ang_bnp)
+
+
 def sincos_1d(pos_n: np.ndarray, d: int) -> np.ndarray:
     """(n, d) float32 [sin(pos w), cos(pos w)] with w_i = 10000^(-i / (d/2)) (MAE's table)."""
     omega = 1.0 / 10000.0 ** (np.arange(d // 2, dtype=np.float64) / (d / 2.0))
@@ -166,9 +245,11 @@ def attention(
 
 
 class Block(eqx.Module):
-    """Pre-norm transformer block. The residual stream `x` is float32; each branch runs in
-    `dtype` from its norm's output and is added back in float32 (a bfloat16 residual would drop
-    LayerScale-sized updates: 1e-4 x is below bfloat16's relative precision of 2^-8)."""
+    """Pre-norm transformer block. The residual stream `x` is `residual` (float32 unless set);
+    each branch runs in `dtype` from its norm's output and is added back in the residual's dtype
+    (a bfloat16 residual rounds away LayerScale-sized updates in the forward pass: 1e-4 x is
+    below bfloat16's relative precision of 2^-8; their gradients are kept). With QK-norm and
+    RoPE both on, they run fused (`qk_norm_rope`)."""
 
     norm1: LayerNorm
     wq: Linear
@@ -187,6 +268,7 @@ class Block(eqx.Module):
     dtype: str = eqx.field(static=True)
     attention: str = eqx.field(static=True)
     gelu: str = eqx.field(static=True, default="tanh")
+    residual: str = eqx.field(static=True, default="float32")
 
     def __init__(self, cfg: birdjepa.config.architecture.ModelConfig, *, key):
         d, h = cfg.width, cfg.n_heads
@@ -207,26 +289,29 @@ class Block(eqx.Module):
         self.dtype = cfg.compute_dtype or "float32"
         self.attention = cfg.attention or "auto"
         self.gelu = cfg.gelu or "tanh"
+        self.residual = cfg.residual_dtype or "float32"
 
     def __call__(self, x_bnd: Float[Array, "b n d"], ang_bnp=None) -> Float[Array, "b n d"]:
         b, n, d = x_bnd.shape
-        dt = DTYPES[self.dtype]
-        x_bnd = x_bnd.astype(jnp.float32)
+        dt, rdt = DTYPES[self.dtype], DTYPES[self.residual]
+        x_bnd = x_bnd.astype(rdt)
         h = self.norm1(x_bnd, dt)
         q, k, v = (lin(h).reshape(b, n, self.n_heads, -1) for lin in (self.wq, self.wk, self.wv))
-        if self.q_norm is not None:
+        if self.q_norm is not None and ang_bnp is not None:
+            q, k = qk_norm_rope(q, k, self.q_norm.scale, self.k_norm.scale, ang_bnp)
+        elif self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if ang_bnp is not None:
+        elif ang_bnp is not None:
             q, k = apply_rope(q, ang_bnp), apply_rope(k, ang_bnp)
         # LayerScale (ls1, ls2) scales the branch's last matmul (Linear's `scale`).
         a = self.wo(attention(q, k, v, impl=self.attention).reshape(b, n, d), self.ls1)
-        x_bnd = x_bnd + a.astype(jnp.float32)
+        x_bnd = x_bnd + a.astype(rdt)
         h = self.norm2(x_bnd, dt)
         if self.fc_gate is None:
             u = jax.nn.gelu(self.fc1(h), approximate=self.gelu == "tanh")
         else:
             u = jax.nn.silu(self.fc_gate(h)) * self.fc1(h)
-        return x_bnd + self.fc2(u, self.ls2).astype(jnp.float32)
+        return x_bnd + self.fc2(u, self.ls2).astype(rdt)
 
 
 class PoolNorms(eqx.Module):
@@ -276,6 +361,31 @@ class ViT(eqx.Module):
         self.blocks = eqx.filter_vmap(lambda kk: Block(cfg, key=kk))(keys)
         self.norm = PoolNorms(LayerNorm(d), LayerNorm(d)) if cfg.fc_norm else LayerNorm(d)
 
+    def _blocks(self, x_bnd: Float[Array, "b n d"], ang) -> Float[Array, "b n d"]:
+        """Every block in turn: one `lax.scan` over the stacked blocks (`scan_layers`), or a
+        Python loop over them; each block rematerialised by `remat`'s policy. The scan's body
+        may be CSE'd (XLA cannot merge across iterations); an unrolled block keeps JAX's
+        barrier, else XLA would merge the recomputation with the forward and keep everything."""
+        dyn, static = eqx.partition(self.blocks, eqx.is_array)
+        policy = REMAT_POLICIES[self.cfg.remat]
+
+        def block(x, blk_dyn):
+            return eqx.combine(blk_dyn, static)(x, ang)
+
+        if not self.cfg.scan_layers:
+            if policy is not None:
+                block = jax.checkpoint(block, policy=policy)
+            for i in range(self.cfg.depth):
+                x_bnd = block(x_bnd, jax.tree.map(lambda a, i=i: a[i], dyn))
+            return x_bnd
+
+        def body(x, blk_dyn):
+            return block(x, blk_dyn), None
+
+        if policy is not None:
+            body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+        return jax.lax.scan(body, x_bnd, dyn)[0]
+
     @property
     def n_patches(self) -> int:
         return self.grid[0] * self.grid[1]
@@ -310,7 +420,7 @@ class ViT(eqx.Module):
         `normed_patches=False` returns the last block's patch tokens before the final norm
         (Hugging Face's `hidden_states[-1]`; what `embed` gives for a Bird-MAE model)."""
         b = x_btm.shape[0]
-        dt = DTYPES[self.cfg.compute_dtype]
+        dt, rdt = DTYPES[self.cfg.compute_dtype], DTYPES[self.cfg.residual_dtype]
         tok_bnd = self.patch_embed(self.patchify(x_btm).astype(dt)).astype(jnp.float32)
         n = tok_bnd.shape[1]  # n_patches, or fewer for a shorter input (first rows of the grid)
         if self.pos_embed is not None:  # frozen with train_pos = false (Bird-MAE)
@@ -327,6 +437,7 @@ class ViT(eqx.Module):
         special_sd = jnp.concatenate(special, axis=0)
         n_special = special_sd.shape[0]
         x_bnd = jnp.concatenate([jnp.broadcast_to(special_sd, (b, *special_sd.shape)), tok_bnd], 1)
+        x_bnd = x_bnd.astype(rdt)
         ang = None
         if self.cfg.pos == "rope":  # (1, n) without keep_bk: no batch axis (ONNX export)
             idx = idx_bn if keep_bk is not None else jnp.arange(n)[None]
@@ -335,22 +446,14 @@ class ViT(eqx.Module):
                 [jnp.zeros((len(idx), n_special, 2), coords.dtype), coords], 1)
             head_dim = self.cfg.width // self.cfg.n_heads
             ang = jax.vmap(lambda c: rope_angles(c, head_dim))(coords)
-        dyn, static = eqx.partition(self.blocks, eqx.is_array)
-
-        def body(x, blk_dyn):
-            return eqx.combine(blk_dyn, static)(x, ang), None
-
-        policy = REMAT_POLICIES[self.cfg.remat]
-        if policy is not None:
-            body = jax.checkpoint(body, policy=policy, prevent_cse=False)
-        x_bnd, _ = jax.lax.scan(body, x_bnd, dyn)
-        norm, raw = self.norm, x_bnd[:, n_special:]
+        x_bnd = self._blocks(x_bnd, ang)
+        norm, raw = self.norm, x_bnd[:, n_special:].astype(jnp.float32)
         if isinstance(norm, PoolNorms):
             if self.cfg.pool == "mean":  # timm/MAE global_pool="avg" with fc_norm
                 pooled = norm.pooled(raw.mean(1))
                 return Output(pooled, norm.tokens(raw) if normed_patches else raw)
             norm = norm.tokens
-        x_bnd = norm(x_bnd)
+        x_bnd = norm(x_bnd, jnp.float32)
         patches = x_bnd[:, n_special:]
         pooled = x_bnd[:, 0] if self.cfg.pool == "cls" else patches.mean(1)
         return Output(pooled, patches if normed_patches else raw)

@@ -231,7 +231,7 @@ NOT_SHAPING = (
     "n_steps", "run_id", "run_dir", "resume", "eval_every", "log_every", "ckpt_every",
     "ckpt_keep", "wandb", "max_nonfinite", "distributed", "data.eval_shards",
     "data.eval_label_column", "data.eval_batch_size", "peak_tflops", "compile_cache", "model.remat",
-    "model.attention",
+    "model.attention", "model.scan_layers",
     *(f"data.{f.name}" for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)
       if not f.metadata.get("shapes_stream", True)),
 )
@@ -243,7 +243,8 @@ birdjepa.train.run)."""
 ENCODER_SHAPING = ("model", "data.n_frames", "data.n_mels")
 """Config keys the encoder's parameters depend on: `init_encoder` needs them equal, but for
 ENCODER_FREE (how the encoder computes, not what it holds)."""
-ENCODER_FREE = ("model.remat", "model.attention", "model.compute_dtype", "model.train_pos")
+ENCODER_FREE = ("model.remat", "model.attention", "model.compute_dtype", "model.train_pos",
+                "model.residual_dtype", "model.scan_layers")
 
 
 def finalize(cfg: Config) -> Config:

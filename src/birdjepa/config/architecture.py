@@ -66,9 +66,24 @@ class ModelConfig:
     mean true -> "block", false -> "none"."""
     compute_dtype: typing.Literal["float32", "bfloat16"] | None = None
     """Dtype of the matmuls and the attention. Parameters, optimiser state and checkpoints stay
-    float32; norm statistics, softmax, the residual stream, heads, losses and the probe run in
-    float32 either way. bfloat16 for GPUs; the debug preset (CPU demo) keeps float32, which is
-    faster on CPU."""
+    float32; norm statistics, softmax, heads, losses and the probe run in float32 either way
+    (the residual stream: `residual_dtype`). bfloat16 for GPUs; the debug preset (CPU demo) keeps
+    float32, which is faster on CPU."""
+    residual_dtype: typing.Literal["float32", "bfloat16"] | None = None
+    """Dtype of the residual stream between blocks (and of what the backward pass keeps of it):
+    float32 (default, and every run saved before the field) or bfloat16 (needs compute_dtype
+    bfloat16), which halves the bytes of every residual add and norm: the largest single cost
+    of a step beyond the plain ViT's (docs/issues/028-step-beats-peer). An update smaller than
+    bfloat16's precision (a LayerScale branch at 1e-4 of the stream) rounds away in the forward
+    pass, never in its gradient; the demo's 300-step loss curve stays within float32's
+    seed-to-seed spread (same write-up). Norm statistics and the final outputs stay float32."""
+    scan_layers: bool | None = None
+    """true (default): the blocks run as one `lax.scan` (one compiled block, the fastest
+    compile). false: a Python loop over the same stacked blocks (MaxText's and levanter's
+    `scan_layers = false`): compile time grows with depth, but nothing the backward pass keeps
+    is copied into the scan's stacked buffers (72 copies per vit-s step on an H200) and no
+    such buffer is zero-filled, and without remat a step keeps only what it needs (vit-s 512 x
+    2 views: 57 GB where the scan takes 118 GB). Same parameters, same checkpoints."""
     attention: typing.Literal["auto", "xla", "cudnn"] | None = None
     """Attention kernel, all through `jax.nn.dot_product_attention`: "xla" (any backend,
     materialises the scores), "cudnn" (fused flash attention; GPU, bfloat16, head dim <= 128 and
@@ -79,7 +94,8 @@ class ModelConfig:
 _BASE = dict(
     patch=(16, 16), mlp_ratio=4.0, n_registers=4, pos="absolute", qk_norm=False,
     swiglu=False, layerscale=0.0, pool="cls", remat="none", compute_dtype="float32",
-    attention="auto", fc_norm=False, gelu="tanh", train_pos=True,
+    attention="auto", fc_norm=False, gelu="tanh", train_pos=True, residual_dtype="float32",
+    scan_layers=True,
 )
 _GPU = dict(n_registers=7, remat="block", compute_dtype="bfloat16")
 """GPU presets: a 264-token sequence, bf16 compute, and the cheapest remat that leaves >= 15 %
@@ -98,7 +114,8 @@ PRESETS: dict[str, dict] = {
     "bird-mae-large": {**_BIRD_MAE, "width": 1024, "depth": 24, "n_heads": 16},
     "bird-mae-huge": {**_BIRD_MAE, "width": 1280, "depth": 32, "n_heads": 16},
 }
-LEGACY = {"model.fc_norm": False, "model.gelu": "tanh", "model.train_pos": True}
+LEGACY = {"model.fc_norm": False, "model.gelu": "tanh", "model.train_pos": True,
+          "model.residual_dtype": "float32", "model.scan_layers": True}
 """Fields added after checkpoints were saved, with the value that reproduces the behaviour those
 checkpoints were trained with. A saved config without the key means this value: config_diff
 and config_hash (birdjepa.config) treat "missing" and this value as the same, so old runs
@@ -125,7 +142,13 @@ def resolve(cfg: ModelConfig) -> ModelConfig:
         raise ValueError(
             f"model.pos='rope' needs head dim divisible by 4, got {out.width // out.n_heads}"
         )
-    choices = {"remat": REMATS, "compute_dtype": DTYPES,
+    if out.residual_dtype == "bfloat16" and out.compute_dtype != "bfloat16":
+        raise ValueError(f"model.residual_dtype: expected 'float32' with compute_dtype "
+                         f"{out.compute_dtype!r} (a bfloat16 residual needs bfloat16 compute), "
+                         f"got {out.residual_dtype!r}")
+    if not isinstance(out.scan_layers, bool):
+        raise ValueError(f"model.scan_layers: expected true or false, got {out.scan_layers!r}")
+    choices = {"remat": REMATS, "compute_dtype": DTYPES, "residual_dtype": DTYPES,
                "attention": ("auto", "xla", "cudnn"), "gelu": ("tanh", "erf"),
                "pos": ("absolute", "sincos", "rope"), "pool": ("cls", "mean")}
     for name, allowed in choices.items():
