@@ -76,6 +76,10 @@ BAD = [  # (settings, the one message)
     (dict(crop="event"), 'crop: expected one of random, events, got "event"'),
     (dict(segment="center"), 'segment: expected one of centre, columns, got "center"'),
     (dict(pad="edge"), 'pad: expected one of zero, min, repeat, got "edge"'),
+    (dict(features="gpu"), 'features: expected one of host, device, got "gpu"'),
+    (dict(features="device", n_views=2), 'features: expected "host" with n_views=2 and no '
+     'view_window_s (device features take one decoded window per sample; set view_window_s to '
+     'cut the views from it), got "device"'),
     # Types: checked as Rust reads the JSON, named the same way.
     (dict(n_views="3"), 'n_views: expected an int >= 0, got "3"'),
     (dict(n_views=-1), "n_views: expected an int >= 0, got -1"),
@@ -198,7 +202,7 @@ def test_the_data_section_is_the_loader_config_plus_training_keys():
 def test_shaping_settings_are_the_config_keys():
     speed = {f.name for f in dataclasses.fields(LoaderConfig)} - set(LoaderConfig().shaping_values())
     # Where the audio files are (audio_root, path_map) does not shape the stream: a cache moved
-    # to scratch resumes. The settings added since (at their defaults) are left out; resampler
+    # to scratch resumes; nor does where the features are made (features: host or device). The settings added since (at their defaults) are left out; resampler
     # is left out at the legacy filter (what every state saved before it used), and a new
     # stream's default filter is not that one.
     assert LoaderConfig().shaping_values()["resampler"] == "soxr-hq"
@@ -208,7 +212,7 @@ def test_shaping_settings_are_the_config_keys():
     assert speed == {"n_workers", "prefetch", "max_failure_fraction", "failure_window",
                      "audio_root", "path_map", "max_audio_mb", "view_window_s", "n_local", "local_s",
                      "local_frames", "crop", "events_column", "segment", "segment_start_column",
-                     "segment_end_column", "pad"}
+                     "segment_end_column", "pad", "features"}
     local = LoaderConfig(view_window_s=6.0, n_local=2).shaping_values()
     assert {"view_window_s", "n_local", "local_s", "local_frames"} <= set(local)
 

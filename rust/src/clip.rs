@@ -42,6 +42,10 @@ pub struct Features {
     pub damage: Option<String>,
     /// Seconds into the recording where its data ends, with `damage`.
     pub data_end_s: Option<f64>,
+    /// With `ClipConfig::device_wave`: the resampled window itself (`data` is then empty and
+    /// `n_frames`/`valid_frames` count the frames its fbank will have and that come from the
+    /// recording); empty otherwise.
+    pub wave: Vec<f32>,
 }
 
 /// Where a decoded window lies in its recording.
@@ -72,6 +76,9 @@ pub struct ClipConfig {
     pub duration_s: f64,
     pub fbank: FbankConfig,
     pub resampler: Filter,
+    /// Some(n): a clip is its resampled window of exactly `n` samples (zero-padded or cut),
+    /// its fbank left to the device (`Features::wave`); None: the fbank is computed here.
+    pub device_wave: Option<usize>,
 }
 
 impl Default for ClipConfig {
@@ -81,6 +88,7 @@ impl Default for ClipConfig {
             duration_s: 5.0,
             fbank: FbankConfig::default(),
             resampler: Filter::default(),
+            device_wave: None,
         }
     }
 }
@@ -298,6 +306,22 @@ impl ClipWorker {
 
     fn clip_inner(&mut self, data: &[u8], crop: Crop) -> Result<Features> {
         let (_, info) = self.wave(data, crop)?;
+        if let Some(n) = self.cfg.device_wave {
+            let mut wave = Vec::with_capacity(n);
+            wave.extend_from_slice(&self.wave[..self.wave.len().min(n)]);
+            wave.resize(n, 0.0);
+            return Ok(Features {
+                n_mels: self.fbank.n_mels(),
+                n_frames: self.fbank.n_frames(n),
+                valid_frames: self.fbank.n_frames(info.valid.min(n)),
+                seeked: info.seeked,
+                start_s: info.start_s,
+                data_end_s: info.damage.as_ref().map(|d| d.0),
+                damage: info.damage.map(|d| d.1),
+                wave,
+                ..Default::default()
+            });
+        }
         let mut feats = Features {
             n_mels: self.fbank.n_mels(),
             seeked: info.seeked,

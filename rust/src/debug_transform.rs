@@ -22,6 +22,9 @@ pub struct DebugTransform {
     pub n_mels: usize,
     /// Sleep this long per call (simulates a slow decoder).
     pub delay: Duration,
+    /// Some(n): device features: the output is a wave of `n` samples in [-0.5, 0.5) from the same
+    /// hash (`Features::wave`), `data` empty.
+    pub wave: Option<usize>,
 }
 
 impl DebugTransform {
@@ -30,7 +33,13 @@ impl DebugTransform {
             n_frames,
             n_mels,
             delay,
+            wave: None,
         }
+    }
+
+    /// The same transform giving `n`-sample waves (device features) instead of features.
+    pub fn with_wave(self, n: Option<usize>) -> Self {
+        DebugTransform { wave: n, ..self }
     }
 }
 
@@ -66,11 +75,19 @@ impl Transform for DebugTransform {
             }
         };
         let key = hash_words(&[hash_bytes(data), crop_bits]);
-        let mut out = Vec::with_capacity(self.n_frames * self.n_mels);
-        for i in 0..(self.n_frames * self.n_mels) as u64 {
-            out.push((-7.2 + 8.0 * (unit_f64(splitmix64(key ^ i)) - 0.5)) as f32);
+        let (mut out, mut wave) = (Vec::new(), Vec::new());
+        if let Some(n) = self.wave {
+            wave = (0..n as u64)
+                .map(|i| (unit_f64(splitmix64(key ^ i)) - 0.5) as f32)
+                .collect();
+        } else {
+            out.reserve(self.n_frames * self.n_mels);
+            for i in 0..(self.n_frames * self.n_mels) as u64 {
+                out.push((-7.2 + 8.0 * (unit_f64(splitmix64(key ^ i)) - 0.5)) as f32);
+            }
         }
         Ok(Features {
+            wave,
             data: out,
             n_frames: self.n_frames,
             n_mels: self.n_mels,

@@ -92,6 +92,17 @@ pub struct LoaderConfig {
     pub path_map: Option<BTreeMap<String, String>>,
     /// Path-only audio files above this many MB (10^6 bytes) are skipped, counted, unread.
     pub max_audio_mb: f64,
+    /// Where the log-mel features are computed: "host" (here: batches carry `data`) or "device"
+    /// (batches carry each sample's decoded, resampled window, `wave`, and where each view
+    /// starts in it and how many of its frames are the clip's: the jitted step computes the
+    /// fbank, the normalisation and the crops; `birdjepa.data.device_features`).
+    pub features: String,
+    /// Host features: the dtype of `data` and `local`, "float32" or "bfloat16" (rounded to
+    /// nearest even while they are copied into the batch: half the bytes to the device).
+    pub batch_dtype: String,
+    /// Device features: the dtype of `wave`, "float32" or "int16" (x * 32768: exact for 16-bit
+    /// audio at `sample_rate`, a packed corpus; anything else is rounded and counted).
+    pub wave_dtype: String,
     /// The first global step to produce (the loader state, not a setting).
     #[serde(skip)]
     pub start_step: u64,
@@ -141,6 +152,9 @@ impl Default for LoaderConfig {
             audio_root: String::new(),
             path_map: None,
             max_audio_mb: 1024.0,
+            features: "host".into(),
+            batch_dtype: "float32".into(),
+            wave_dtype: "float32".into(),
             start_step: 0,
             in_flight: 0,
         }
@@ -239,7 +253,32 @@ impl LoaderConfig {
         one_of("segment", &self.segment, &["centre", "columns"])?;
         one_of("pad", &self.pad, &["zero", "min", "repeat"])?;
         crate::resample::Filter::parse(&self.resampler)?;
+        one_of("features", &self.features, &["host", "device"])?;
+        one_of("batch_dtype", &self.batch_dtype, &["float32", "bfloat16"])?;
+        one_of("wave_dtype", &self.wave_dtype, &["float32", "int16"])?;
+        if self.device_features() && self.n_views > 1 && self.view_window_s == 0.0 {
+            return Err(Error::bad_argument(
+                "features",
+                format!(
+                    "\"host\" with n_views={} and no view_window_s (device features take one \
+                     decoded window per sample; set view_window_s to cut the views from it)",
+                    self.n_views
+                ),
+                format!("{:?}", self.features),
+            ));
+        }
         Ok(())
+    }
+
+    /// Whether batches carry the window's samples (`features = "device"`) instead of features.
+    pub fn device_features(&self) -> bool {
+        self.features == "device"
+    }
+
+    /// Samples of the window a device-features batch carries per sample: `window_s()` at
+    /// `sample_rate`, rounded.
+    pub fn wave_samples(&self) -> usize {
+        (self.window_s() * self.sample_rate as f64).round() as usize
     }
 
     /// `view_window_s` and the local crops cut from it.

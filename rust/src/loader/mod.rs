@@ -68,8 +68,11 @@ pub struct Failure {
 #[derive(Debug)]
 pub struct Batch {
     pub step: u64,
-    /// Row-major (n_views, batch, n_frames, n_mels).
+    /// Row-major (n_views, batch, n_frames, n_mels) host features (`batch_dtype` float32;
+    /// bfloat16: `data16`); empty with device features.
     pub data: Vec<f32>,
+    /// `data` as bfloat16 bits (`batch_dtype = "bfloat16"`), empty otherwise.
+    pub data16: Vec<u16>,
     /// (batch,) class ids (-1: none) of an int label column.
     pub target: Vec<i64>,
     /// Row-major (batch, n_classes) multi-hot targets of a list<int> label column; empty for an
@@ -81,8 +84,24 @@ pub struct Batch {
     /// Row-major (n_views, batch): where each view starts in its recording, seconds (-1 for
     /// padding and failed slots).
     pub start_s: Vec<f64>,
-    /// Row-major (n_local, batch, local_frames, n_mels) local crops (empty without them).
+    /// Row-major (n_local, batch, local_frames, n_mels) local crops (empty without them, and
+    /// with bfloat16 or device features).
     pub local: Vec<f32>,
+    /// `local` as bfloat16 bits (`batch_dtype = "bfloat16"`), empty otherwise.
+    pub local16: Vec<u16>,
+    /// Device features: row-major (batch, wave_samples) windows, float32 (`wave_dtype`) or int16
+    /// in `wave16` (x * 32768); empty with host features.
+    pub wave: Vec<f32>,
+    pub wave16: Vec<i16>,
+    /// Device features: samples of this batch that int16 could not hold exactly (rounded).
+    pub wave_rounded: u64,
+    /// Device features: row-major (n_views, batch) first frame of each view in its window's
+    /// fbank and the frames from there that are the clip's (the rest: `pad`); (n_local,
+    /// batch) the same of the local crops. Empty with host features.
+    pub crop_start: Vec<i32>,
+    pub crop_frames: Vec<i32>,
+    pub local_crop_start: Vec<i32>,
+    pub local_crop_frames: Vec<i32>,
     /// Row-major (n_local, batch): where each local crop starts, seconds (-1: padding, failed).
     pub local_start_s: Vec<f64>,
     /// Samples that failed while producing this batch (replaced or marked invalid).

@@ -18,7 +18,7 @@ use crate::shards::{Dataset, LabelKind, ReadOptions};
 
 /// What [`Pipeline::recv_timeout`] returns.
 pub enum Next {
-    Batch(Batch),
+    Batch(Box<Batch>),
     /// An eval pass is over.
     End,
     Timeout,
@@ -159,7 +159,7 @@ impl Pipeline {
     pub fn next_batch(&mut self) -> Option<Result<Batch>> {
         loop {
             match self.recv_timeout(Duration::from_millis(50)) {
-                Next::Batch(b) => return Some(Ok(b)),
+                Next::Batch(b) => return Some(Ok(*b)),
                 Next::End => return None,
                 Next::Error(e) => return Some(Err(e)),
                 Next::Timeout => {}
@@ -748,6 +748,137 @@ mod tests {
         p.close(); // workers may have run ahead: compare once they have stopped
         assert_eq!(calls.load(Ordering::Relaxed), p.stats().decoded);
         assert!(p.stats().decoded >= 16);
+    }
+
+    /// Device features carry each sample's window and the crops `window_views_are_frame_slices_
+    /// of_one_transform_call` cuts on the host: the same starts, offsets and kept frames, the
+    /// window the transform gave (as float32 or int16), for any worker count and on resume;
+    /// host features as bfloat16 are the float32 batch rounded to nearest even.
+    #[test]
+    fn device_features_carry_the_window_and_the_host_crops() {
+        let ds = dataset("pipe-device", &[]);
+        let host = LoaderConfig {
+            n_views: 3,
+            clip_s: 0.1,
+            view_window_s: 0.215,
+            n_local: 2,
+            local_s: 0.045,
+            local_frames: Some(3),
+            transform: "debug".into(),
+            ..cfg(Mode::Train)
+        };
+        let start = |c: &LoaderConfig| {
+            Pipeline::start(
+                ds.clone(),
+                c.clone(),
+                crate::loader::transform_factory(c).unwrap(),
+            )
+            .unwrap()
+        };
+        let device = LoaderConfig {
+            features: "device".into(),
+            ..host.clone()
+        };
+        let n = device.wave_samples();
+        assert_eq!(n, 6880); // 0.215 s at 32 kHz
+        let b = start(&device).next_batch().unwrap().unwrap();
+        let h = start(&host).next_batch().unwrap().unwrap();
+        assert!(b.data.is_empty() && b.local.is_empty() && b.wave.len() == 16 * n);
+        assert_eq!(
+            (&b.index, &b.start_s, &b.local_start_s),
+            (&h.index, &h.start_s, &h.local_start_s)
+        );
+        let mut t = DebugTransform::new(20, 4, Duration::ZERO).with_wave(Some(n));
+        for (j, &index) in b.index.iter().enumerate() {
+            let u = crate::order::crop_fraction(7, 0, index as u64, 1 << 32);
+            let w = t.apply(&payload(index as u64), Crop::Fraction(u)).unwrap();
+            assert_eq!(&b.wave[j * n..(j + 1) * n], &w.wave[..]);
+            for v in 0..3u64 {
+                let off = (crate::order::crop_fraction(7, 0, index as u64, v) * 12.0).round();
+                assert_eq!(b.crop_start[v as usize * 16 + j], off as i32);
+                assert_eq!(b.crop_frames[v as usize * 16 + j], 8);
+            }
+            for l in 0..2u64 {
+                let frac = crate::order::crop_fraction(7, 0, index as u64, 3 + l);
+                assert_eq!(
+                    b.local_crop_start[l as usize * 16 + j],
+                    (frac * 17.0).round() as i32
+                );
+                assert_eq!(b.local_crop_frames[l as usize * 16 + j], 3);
+            }
+        }
+        // Worker counts and resume: the same windows and crops.
+        let mut base = start(&LoaderConfig {
+            n_workers: 1,
+            ..device.clone()
+        });
+        let base: Vec<Batch> = (0..6)
+            .map(|_| base.next_batch().unwrap().unwrap())
+            .collect();
+        let mut other = start(&LoaderConfig {
+            n_workers: 5,
+            start_step: 2,
+            ..device.clone()
+        });
+        for want in &base[2..] {
+            let got = other.next_batch().unwrap().unwrap();
+            assert_eq!(
+                (&got.index, &got.crop_start, &got.crop_frames),
+                (&want.index, &want.crop_start, &want.crop_frames)
+            );
+            assert_eq!(
+                got.wave.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want.wave.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        // int16: x * 32768 rounded; the debug wave is not 16-bit audio, so rounding is counted.
+        let i16b = start(&LoaderConfig {
+            wave_dtype: "int16".into(),
+            ..device.clone()
+        })
+        .next_batch()
+        .unwrap()
+        .unwrap();
+        assert!(i16b.wave.is_empty() && i16b.wave16.len() == 16 * n);
+        for (q, x) in i16b.wave16.iter().zip(&b.wave) {
+            assert_eq!(*q, (x * 32768.0).round() as i16);
+        }
+        assert!(i16b.wave_rounded > 0 && i16b.wave_rounded <= (16 * n) as u64);
+        // Host features as bfloat16.
+        let hb = start(&LoaderConfig {
+            batch_dtype: "bfloat16".into(),
+            ..host.clone()
+        })
+        .next_batch()
+        .unwrap()
+        .unwrap();
+        assert!(hb.data.is_empty() && hb.local.is_empty());
+        assert_eq!(
+            hb.data16,
+            h.data
+                .iter()
+                .map(|&x| super::super::stages::bf16_bits(x))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            hb.local16,
+            h.local
+                .iter()
+                .map(|&x| super::super::stages::bf16_bits(x))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn bf16_bits_round_to_nearest_even() {
+        use super::super::stages::bf16_bits;
+        assert_eq!(bf16_bits(1.0), 0x3f80);
+        assert_eq!(bf16_bits(-2.5), 0xc020);
+        // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even one, 1.
+        assert_eq!(bf16_bits(1.0 + 1.0 / 256.0), 0x3f80);
+        // Just above halfway rounds up; 1 + 3 * 2^-8 is halfway to an odd one: up to even.
+        assert_eq!(bf16_bits(f32::from_bits(0x3f80_8001)), 0x3f81);
+        assert_eq!(bf16_bits(1.0 + 3.0 / 256.0), 0x3f82);
     }
 
     /// A transform that counts its calls.

@@ -34,6 +34,11 @@ pub(super) struct Row {
     /// (n_local, local_frames, n_mels) local crops and their starts (empty without them).
     pub(super) local: Vec<f32>,
     pub(super) local_start_s: Vec<f64>,
+    /// Device features (`data` and `local` then empty): the window's samples and, per view
+    /// then per local crop, its first frame in the window's fbank and how many frames are the
+    /// clip's (`Crops`).
+    pub(super) wave: Vec<f32>,
+    pub(super) crops: Crops,
     pub(super) label: i64,
     /// A list<int> label column's classes (empty otherwise).
     pub(super) classes: Vec<i64>,
@@ -49,7 +54,7 @@ pub(super) struct Row {
 pub(super) enum Done {
     Slot {
         q: u64,
-        row: Option<Row>,
+        row: Option<Box<Row>>,
         failures: Vec<Failure>,
     },
     /// A configuration error: the pipeline stops.
@@ -98,14 +103,40 @@ impl From<Error> for SampleError {
     }
 }
 
+/// Where each view (and local crop) of a device-features sample lies in its window's fbank:
+/// its first frame and how many frames from there are the clip's (the rest of the view is
+/// `pad`), as `cut` places them on the host.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Crops {
+    pub(super) start: Vec<i32>,
+    pub(super) frames: Vec<i32>,
+    pub(super) local_start: Vec<i32>,
+    pub(super) local_frames: Vec<i32>,
+}
+
+impl Crops {
+    /// All-zero crops of an invalid slot (zero frames: all padding, zero features).
+    fn empty(c: &LoaderConfig) -> Self {
+        Crops {
+            start: vec![0; c.n_views],
+            frames: vec![0; c.n_views],
+            local_start: vec![0; c.n_local],
+            local_frames: vec![0; c.n_local],
+        }
+    }
+}
+
 /// A sample's features: normalised, padded (n_views, n_frames, n_mels), and where each view
-/// starts in the recording (seconds).
+/// starts in the recording (seconds); with device features the window (`wave`) and its crops
+/// instead of `data` and `local`.
 struct Featurized {
     data: Vec<f32>,
     start_s: Vec<f64>,
     /// (n_local, local_frames, n_mels) local crops and their starts (empty without them).
     local: Vec<f32>,
     local_start_s: Vec<f64>,
+    wave: Vec<f32>,
+    crops: Crops,
     /// `Features::damage` of the sample's recording.
     damage: Option<String>,
 }
@@ -157,16 +188,34 @@ fn put(c: &LoaderConfig, frames: &[f32], dst: &mut [f32]) {
 /// 0..n_views, local crops n_views..n_views + n_local).
 const WINDOW_KEY: u64 = 1 << 32;
 
-/// Normalise `len` frames of window `f` starting at a frame offset drawn from `fraction` over
-/// the window's frames that come from the recording, into `dst` (n_frames rows); its start, s.
-fn cut(c: &LoaderConfig, f: &Features, len: usize, fraction: f64, dst: &mut [f32]) -> f64 {
-    let m = c.n_mels;
+/// Where a view of `len` frames of window `f` lies: the frame offset drawn from `fraction` over
+/// the window's frames that come from the recording, how many frames from there are the clip's
+/// in a view of `rows` rows (`clip_frames`), and its start in the recording, seconds.
+fn place(
+    c: &LoaderConfig,
+    f: &Features,
+    len: usize,
+    fraction: f64,
+    rows: usize,
+) -> (usize, usize, f64) {
     let len = len.min(f.n_frames);
     let room = f.valid_frames.clamp(len, f.n_frames) - len;
     let off = (fraction * room as f64).round() as usize;
-    let keep = clip_frames(c, f, off, len.min(dst.len() / m));
+    let keep = clip_frames(c, f, off, len.min(rows));
+    (
+        off,
+        keep,
+        f.start_s + (off as i64 * FRAME_SHIFT_MS) as f64 / 1000.0,
+    )
+}
+
+/// Normalise `len` frames of window `f` placed by `place` into `dst` (n_frames rows); its
+/// start, s.
+fn cut(c: &LoaderConfig, f: &Features, len: usize, fraction: f64, dst: &mut [f32]) -> f64 {
+    let m = c.n_mels;
+    let (off, keep, start_s) = place(c, f, len, fraction, dst.len() / m);
     put(c, &f.data[off * m..(off + keep) * m], dst);
-    f.start_s + (off as i64 * FRAME_SHIFT_MS) as f64 / 1000.0
+    start_s
 }
 
 /// How many of the `want` frames from frame `off` of `f` go into a view as the clip: all of them,
@@ -276,11 +325,14 @@ fn featurize(
     let c = &ctx.cfg;
     let (tf, m) = (c.n_frames, c.n_mels);
     let lf = c.local_view_frames();
+    let host = !c.device_features();
     let mut out = Featurized {
-        data: vec![0f32; c.n_views * tf * m],
+        data: vec![0f32; if host { c.n_views * tf * m } else { 0 }],
         start_s: vec![0f64; c.n_views],
-        local: vec![0f32; c.n_local * lf * m],
+        local: vec![0f32; if host { c.n_local * lf * m } else { 0 }],
         local_start_s: vec![0f64; c.n_local],
+        wave: Vec::new(),
+        crops: Crops::default(),
         damage: None,
     };
     let epoch = g / ctx.n_rows;
@@ -293,10 +345,44 @@ fn featurize(
         let f = t
             .apply(bytes.as_slice(), crop_of(ctx, s, epoch, key))
             .map_err(|e| past_end(ctx, reader, s, e))?;
-        check_mels(&f, m)?;
+        if host {
+            check_mels(&f, m)?;
+        }
         Ok(f)
     };
     let seg_len = seg.unwrap_or(usize::MAX);
+    if !host {
+        // The same crops as below, placed but not cut: the step cuts them from the window's
+        // fbank. Without a window there is one view (check_settings), the window itself.
+        let windowed = c.view_window_s > 0.0;
+        let mut f = apply(if windowed { WINDOW_KEY } else { 0 })?;
+        out.damage = f.damage.take();
+        let mut crops = Crops::default();
+        for v in 0..c.n_views {
+            let (off, keep, start_s) = if windowed {
+                place(c, &f, c.clip_frames().min(seg_len), fraction(v as u64), tf)
+            } else {
+                (
+                    0,
+                    clip_frames(c, &f, 0, f.n_frames.min(tf).min(seg_len)),
+                    f.start_s,
+                )
+            };
+            crops.start.push(off as i32);
+            crops.frames.push(keep as i32);
+            out.start_s[v] = start_s;
+        }
+        for l in 0..c.n_local {
+            let key = (c.n_views + l) as u64;
+            let (off, keep, start_s) = place(c, &f, c.local_crop_frames(), fraction(key), lf);
+            crops.local_start.push(off as i32);
+            crops.local_frames.push(keep as i32);
+            out.local_start_s[l] = start_s;
+        }
+        out.wave = std::mem::take(&mut f.wave);
+        out.crops = crops;
+        return Ok(out);
+    }
     if c.view_window_s > 0.0 {
         let f = apply(WINDOW_KEY)?;
         out.damage = f.damage.clone();
@@ -391,6 +477,8 @@ fn attempt(
             start_s: f.start_s,
             local: f.local,
             local_start_s: f.local_start_s,
+            wave: f.wave,
+            crops: f.crops,
             label: s.label,
             classes: s.classes,
             index: s.index as i64,
@@ -411,11 +499,28 @@ fn invalid_row(ctx: &Ctx, reader: &mut Reader, index0: u64) -> Row {
         .map(|s| (s.label, s.classes))
         .unwrap_or((-1, Vec::new()));
     let c = &ctx.cfg;
+    let host = !c.device_features();
     Row {
-        data: vec![0.0; c.n_views * c.n_frames * c.n_mels],
+        data: vec![
+            0.0;
+            if host {
+                c.n_views * c.n_frames * c.n_mels
+            } else {
+                0
+            }
+        ],
         start_s: vec![-1.0; c.n_views],
-        local: vec![0.0; c.n_local * c.local_view_frames() * c.n_mels],
+        local: vec![
+            0.0;
+            if host {
+                c.n_local * c.local_view_frames() * c.n_mels
+            } else {
+                0
+            }
+        ],
         local_start_s: vec![-1.0; c.n_local],
+        wave: vec![0.0; if host { 0 } else { c.wave_samples() }],
+        crops: Crops::empty(c),
         label,
         classes,
         index: index0 as i64,
@@ -465,7 +570,7 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
                 }
                 return Done::Slot {
                     q,
-                    row: Some(row),
+                    row: Some(Box::new(row)),
                     failures,
                 };
             }
@@ -478,7 +583,7 @@ pub(super) fn work(ctx: &Ctx, t: &mut dyn Transform, reader: &mut Reader, job: J
     }
     Done::Slot {
         q,
-        row: Some(invalid_row(ctx, reader, index0)),
+        row: Some(Box::new(invalid_row(ctx, reader, index0))),
         failures,
     }
 }

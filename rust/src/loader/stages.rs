@@ -24,7 +24,7 @@ use crate::shards::{Dataset, Reader};
 
 /// What the assembler hands the consumer.
 pub(super) enum Out {
-    Batch(Batch),
+    Batch(Box<Batch>),
     End,
     Error(Error),
 }
@@ -189,7 +189,7 @@ impl Assembler {
     pub fn run(mut self) {
         let b = self.ctx.cfg.local_batch();
         let mut batch = self.new_batch(self.ctx.cfg.start_step);
-        let mut pending: HashMap<u64, (Option<Row>, Vec<Failure>)> = HashMap::new();
+        let mut pending: HashMap<u64, (Option<Box<Row>>, Vec<Failure>)> = HashMap::new();
         let mut next_q = 0u64;
         if self.total == Some(0) {
             let _ = self.out.send(Out::End);
@@ -215,7 +215,7 @@ impl Assembler {
                     return;
                 }
                 if let Some(row) = row {
-                    self.place(&mut batch, slot, row);
+                    self.place(&mut batch, slot, *row);
                 }
                 batch.failures.extend(failures);
                 let _ = self.tickets.send(());
@@ -223,7 +223,7 @@ impl Assembler {
                 if slot == b - 1 {
                     let step = batch.step;
                     let full = std::mem::replace(&mut batch, self.new_batch(step + 1));
-                    if self.out.send(Out::Batch(full)).is_err() {
+                    if self.out.send(Out::Batch(Box::new(full))).is_err() {
                         return;
                     }
                 }
@@ -239,16 +239,31 @@ impl Assembler {
     fn new_batch(&self, step: u64) -> Batch {
         let c = &self.ctx.cfg;
         let b = c.local_batch();
+        let (host, half) = (!c.device_features(), c.batch_dtype == "bfloat16");
+        let int16 = c.wave_dtype == "int16";
+        let sized = |on: bool, n: usize| if on { n } else { 0 };
+        let views = c.n_views * b * c.n_frames * c.n_mels;
+        let locals = c.n_local * b * c.local_view_frames() * c.n_mels;
+        let wave = b * c.wave_samples();
         Batch {
             step,
-            data: vec![0.0; c.n_views * b * c.n_frames * c.n_mels],
+            data: vec![0.0; sized(host && !half, views)],
+            data16: vec![0; sized(host && half, views)],
+            local16: vec![0; sized(host && half, locals)],
+            wave: vec![0.0; sized(!host && !int16, wave)],
+            wave16: vec![0; sized(!host && int16, wave)],
+            wave_rounded: 0,
+            crop_start: vec![0; sized(!host, c.n_views * b)],
+            crop_frames: vec![0; sized(!host, c.n_views * b)],
+            local_crop_start: vec![0; sized(!host, c.n_local * b)],
+            local_crop_frames: vec![0; sized(!host, c.n_local * b)],
             target: vec![-1; b],
             target_multi: vec![0.0; b * self.ctx.n_targets],
             index: vec![-1; b],
             shard: vec![-1; b],
             valid: vec![false; b],
             start_s: vec![-1.0; c.n_views * b],
-            local: vec![0.0; c.n_local * b * c.local_view_frames() * c.n_mels],
+            local: vec![0.0; sized(host && !half, locals)],
             local_start_s: vec![-1.0; c.n_local * b],
             failures: Vec::new(),
             damaged: Vec::new(),
@@ -260,22 +275,30 @@ impl Assembler {
     fn place(&self, batch: &mut Batch, slot: usize, row: Row) {
         let c = &self.ctx.cfg;
         let b = c.local_batch();
-        interleave(
-            &mut batch.data,
-            &mut batch.start_s,
-            &row.data,
-            &row.start_s,
-            b,
-            slot,
-        );
-        interleave(
-            &mut batch.local,
-            &mut batch.local_start_s,
-            &row.local,
-            &row.local_start_s,
-            b,
-            slot,
-        );
+        let (views, locals) = ((c.n_views, b, slot), (c.n_local, b, slot));
+        interleave(&mut batch.start_s, &row.start_s, views, |x| x);
+        interleave(&mut batch.local_start_s, &row.local_start_s, locals, |x| x);
+        if c.batch_dtype == "bfloat16" {
+            interleave(&mut batch.data16, &row.data, views, bf16_bits);
+            interleave(&mut batch.local16, &row.local, locals, bf16_bits);
+        } else {
+            interleave(&mut batch.data, &row.data, views, |x| x);
+            interleave(&mut batch.local, &row.local, locals, |x| x);
+        }
+        if c.device_features() {
+            let n = row.wave.len();
+            if c.wave_dtype == "int16" {
+                let dst = &mut batch.wave16[slot * n..(slot + 1) * n];
+                batch.wave_rounded += to_int16(&row.wave, dst);
+            } else {
+                batch.wave[slot * n..(slot + 1) * n].copy_from_slice(&row.wave);
+            }
+            let k = &row.crops;
+            interleave(&mut batch.crop_start, &k.start, views, |x| x);
+            interleave(&mut batch.crop_frames, &k.frames, views, |x| x);
+            interleave(&mut batch.local_crop_start, &k.local_start, locals, |x| x);
+            interleave(&mut batch.local_crop_frames, &k.local_frames, locals, |x| x);
+        }
         batch.target[slot] = row.label;
         let n = self.ctx.n_targets;
         for &c in &row.classes {
@@ -294,24 +317,46 @@ impl Assembler {
     }
 }
 
-/// Copy a sample's views `src` (n, len) and their starts into slot `slot` of a batch laid out
-/// as (n, batch, len) and (n, batch).
-fn interleave(
-    dst: &mut [f32],
-    starts: &mut [f64],
-    src: &[f32],
-    src_starts: &[f64],
-    b: usize,
-    slot: usize,
+/// Copy a sample's `n` views `src` (n, len) into slot `slot` of a batch laid out as (n, batch,
+/// len), converting each value with `f`; nothing when `src` is empty.
+fn interleave<S: Copy, D>(
+    dst: &mut [D],
+    src: &[S],
+    (n, b, slot): (usize, usize, usize),
+    f: impl Fn(S) -> D,
 ) {
-    let n = src_starts.len();
-    if n == 0 {
+    if n == 0 || src.is_empty() {
         return;
     }
     let len = src.len() / n;
     for v in 0..n {
         let at = (v * b + slot) * len;
-        dst[at..at + len].copy_from_slice(&src[v * len..(v + 1) * len]);
-        starts[v * b + slot] = src_starts[v];
+        for (d, &x) in dst[at..at + len]
+            .iter_mut()
+            .zip(&src[v * len..(v + 1) * len])
+        {
+            *d = f(x);
+        }
     }
+}
+
+/// The bfloat16 nearest to `x` (ties to even), as its bits: what XLA's convert gives, so a
+/// step that casts its float32 input to bfloat16 sees the same values either way. Features are
+/// finite (the transform checks them).
+pub(super) fn bf16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+/// `src` (full scale +-1) as int16 x * 32768 into `dst`, rounded and clamped; the count of
+/// samples that were not exact (16-bit audio at the loader's rate is exact).
+fn to_int16(src: &[f32], dst: &mut [i16]) -> u64 {
+    let mut rounded = 0;
+    for (d, &x) in dst.iter_mut().zip(src) {
+        let y = x * 32768.0;
+        let r = y.round().clamp(-32768.0, 32767.0);
+        rounded += (r != y) as u64;
+        *d = r as i16;
+    }
+    rounded
 }

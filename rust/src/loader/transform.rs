@@ -44,11 +44,14 @@ fn make_transform(cfg: &LoaderConfig) -> Result<Box<dyn Transform>> {
         ));
     }
     match cfg.transform.as_str() {
-        "debug" => Ok(Box::new(DebugTransform::new(
-            cfg.debug_frames(),
-            cfg.n_mels,
-            Duration::from_secs_f64(cfg.debug_delay_s),
-        ))),
+        "debug" => Ok(Box::new(
+            DebugTransform::new(
+                cfg.debug_frames(),
+                cfg.n_mels,
+                Duration::from_secs_f64(cfg.debug_delay_s),
+            )
+            .with_wave(cfg.device_features().then(|| cfg.wave_samples())),
+        )),
         "audio" => {
             let fbank = FbankConfig {
                 sample_rate: cfg.sample_rate as f32,
@@ -60,6 +63,7 @@ fn make_transform(cfg: &LoaderConfig) -> Result<Box<dyn Transform>> {
                 duration_s: cfg.window_s(),
                 fbank,
                 resampler: Filter::parse(&cfg.resampler)?,
+                device_wave: cfg.device_features().then(|| cfg.wave_samples()),
             })?))
         }
         other => Err(Error::bad_argument(

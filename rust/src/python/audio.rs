@@ -243,6 +243,7 @@ fn clip<'py>(
         duration_s,
         fbank: fb,
         resampler: Filter::parse(resampler).map_err(to_py)?,
+        device_wave: None,
     };
     let feats = py
         .detach(|| {

@@ -148,20 +148,62 @@ pub struct PyLoader {
     n_mels: usize,
     n_local: usize,
     local_frames: usize,
+    /// Device features: the samples of each window (0: host features).
+    wave_samples: usize,
 }
 
 impl PyLoader {
+    /// Features `(views, batch, frames, mels)` (`squeeze`: no leading axis) from the float32 or
+    /// the bfloat16 bits vector, whichever the batch filled.
+    fn features<'py>(
+        &self,
+        py: Python<'py>,
+        f32s: Vec<f32>,
+        bf16s: Vec<u16>,
+        (views, frames, squeeze): (usize, usize, bool),
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut shape = vec![views, self.local_batch, frames, self.n_mels];
+        if squeeze {
+            shape.remove(0);
+        }
+        Ok(if bf16s.is_empty() {
+            PyArray1::from_vec(py, f32s).reshape(shape)?.into_any()
+        } else {
+            PyArray1::from_vec(py, bf16s).reshape(shape)?.into_any()
+        })
+    }
+
     fn batch_to_py<'py>(&self, py: Python<'py>, b: Batch) -> PyResult<PyBatch<'py>> {
         let d = PyDict::new(py);
-        let data = PyArray1::from_vec(py, b.data);
-        let data = if self.n_views == 1 {
-            data.reshape([self.local_batch, self.n_frames, self.n_mels])?
-                .into_any()
+        if self.wave_samples == 0 {
+            let data = self.features(
+                py,
+                b.data,
+                b.data16,
+                (self.n_views, self.n_frames, self.n_views == 1),
+            )?;
+            d.set_item("data", data)?;
         } else {
-            data.reshape([self.n_views, self.local_batch, self.n_frames, self.n_mels])?
-                .into_any()
-        };
-        d.set_item("data", data)?;
+            let shape = [self.local_batch, self.wave_samples];
+            let wave = if b.wave16.is_empty() {
+                PyArray1::from_vec(py, b.wave).reshape(shape)?.into_any()
+            } else {
+                PyArray1::from_vec(py, b.wave16).reshape(shape)?.into_any()
+            };
+            d.set_item("wave", wave)?;
+            d.set_item("wave_rounded", b.wave_rounded)?;
+            let (v, l, n) = (self.n_views, self.n_local, self.local_batch);
+            for (key, x, views) in [
+                ("crop_start", b.crop_start, v),
+                ("crop_frames", b.crop_frames, v),
+                ("local_crop_start", b.local_crop_start, l),
+                ("local_crop_frames", b.local_crop_frames, l),
+            ] {
+                if views > 0 {
+                    d.set_item(key, PyArray1::from_vec(py, x).reshape([views, n])?)?;
+                }
+            }
+        }
         if b.target_multi.is_empty() {
             d.set_item("target", PyArray1::from_vec(py, b.target))?;
         } else {
@@ -183,13 +225,10 @@ impl PyLoader {
         d.set_item("start_s", start_s)?;
         if self.n_local > 0 {
             let (l, n) = (self.n_local, self.local_batch);
-            let local = PyArray1::from_vec(py, b.local).reshape([
-                l,
-                self.local_batch,
-                self.local_frames,
-                self.n_mels,
-            ])?;
-            d.set_item("local", local)?;
+            if self.wave_samples == 0 {
+                let local = self.features(py, b.local, b.local16, (l, self.local_frames, false))?;
+                d.set_item("local", local)?;
+            }
             let starts = PyArray1::from_vec(py, b.local_start_s).reshape([l, n])?;
             d.set_item("local_start_s", starts)?;
         }
@@ -222,6 +261,11 @@ impl PyLoader {
             cfg.n_mels,
         );
         let (n_local, local_frames) = (cfg.n_local, cfg.local_view_frames());
+        let wave_samples = if cfg.device_features() {
+            cfg.wave_samples()
+        } else {
+            0
+        };
         let pipe = py
             .detach(|| Pipeline::start(ds, cfg, factory))
             .map_err(to_py)?;
@@ -233,6 +277,7 @@ impl PyLoader {
             n_mels,
             n_local,
             local_frames,
+            wave_samples,
         })
     }
 
@@ -249,7 +294,7 @@ impl PyLoader {
                 )));
             };
             match py.detach(|| pipe.recv_timeout(Duration::from_millis(50))) {
-                Next::Batch(b) => return self.batch_to_py(py, b).map(Some),
+                Next::Batch(b) => return self.batch_to_py(py, *b).map(Some),
                 Next::End => return Ok(None),
                 Next::Error(e) => return Err(to_py(e)),
                 Next::Timeout => py.check_signals()?,

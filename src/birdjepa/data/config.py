@@ -45,9 +45,14 @@ LEGACY_RESAMPLER: str = birdjepa._rs.LEGACY_RESAMPLER
 the `resampler` setting existed used it."""
 
 RUN_ARGS = {"mode": "train", "batch_size": None, "seed": 0, "process_index": 0,
-            "process_count": 1, "n_classes": 0, "transform": "audio", "debug_delay_s": 0.0}
+            "process_count": 1, "n_classes": 0, "transform": "audio", "debug_delay_s": 0.0,
+            "batch_dtype": "float32", "wave_dtype": "float32"}
 """The Loader's own arguments (not settings) and their defaults (batch_size is required). With
-the LoaderConfig fields they are the Rust LoaderConfig's fields."""
+the LoaderConfig fields they are the Rust LoaderConfig's fields. `batch_dtype` ("float32" or
+"bfloat16": host features as bfloat16, half the bytes to the device; a trainer computing in
+bfloat16 asks for it) is the caller's; `wave_dtype` the Loader decides (`features = "device"`
+over a corpus packed as 16-bit at `sample_rate`: "int16")."""
+BATCH_DTYPES = ("float32", "bfloat16")
 RUN_SHAPING = ("mode", "seed", "batch_size", "transform")
 """Run arguments in `Loader.config` and the fingerprint (n_classes too, when it is not 0)."""
 
@@ -185,6 +190,15 @@ class LoaderConfig:
     `audio_root` (the longest matching key wins; "/old/run1" never maps "/old/run10/x.wav"),
     e.g. {"/home/me/.cache/huggingface": "/scratch/hf"} for a cache copied to a cluster's
     scratch. The rule: birdjepa.data.paths."""
+    features: str = _speed("host")
+    """Where the log-mel features are made: "host" (the loader's workers: batches carry `data`
+    and `local`) or "device" (batches carry each sample's decoded, resampled window, `wave`,
+    int16 from a corpus packed as 16-bit at `sample_rate`, else float32, and where each view and
+    local crop starts in it: `crop_start`, `crop_frames`, `local_crop_start`,
+    `local_crop_frames`; `birdjepa.data.device_features.featurize` turns such a batch into the
+    host's, and a training step does so on the accelerator). The same samples, crops and order
+    either way (it does not shape the stream): features equal to the host's within float32
+    round-off (1e-4 relative). Views without `view_window_s` need one view (n_views = 1)."""
     max_audio_mb: float = _speed(1024.0)
     """Path-only audio: a file above this many MB (10^6 bytes) is a counted skip, never read
     (each read holds the whole file in memory). Only regular files are read at all: a FIFO, a

@@ -22,6 +22,15 @@ Batches are dicts of numpy arrays:
 * with `n_local > 0` (multi-crop), `local` float32 `(L, B, local_frames, M)` and `local_start_s`
   float64 `(L, B)`: the local crops, cut from the same decoded window as the views.
 
+With `batch_dtype="bfloat16"`, `data` and `local` are `ml_dtypes.bfloat16` (the float32 values
+rounded to nearest even). With `features="device"`, `data` and `local` are absent and the batch
+carries `wave` `(B, S)` (each sample's window of S = window seconds x sample_rate samples, int16
+meaning x / 32768 from a corpus packed as 16-bit at `sample_rate`, else float32), `crop_start`
+and `crop_frames` int32 `(V, B)` (each view's first frame in the window's fbank and the frames
+from there that are the clip's; the rest of the view is padding) and, with local crops,
+`local_crop_start` and `local_crop_frames` `(L, B)`; `birdjepa.data.device_features.featurize`
+makes `data` and `local` of them.
+
 With `process_count > 1`, `batch_size` is the global batch and each process gets its contiguous
 `batch_size // process_count` slice; the union over processes of step `s` is the single-process
 batch at step `s`. See docs/issues/003-deterministic-loader/README.md for the design.
@@ -37,9 +46,12 @@ import os
 import time
 import warnings
 
+import ml_dtypes
+
 import birdjepa._rs
 import birdjepa.common.errors as errors
 import birdjepa.data.config
+import birdjepa.data.pack_dst as pack_dst
 import birdjepa.data.sources as sources
 
 STATE_VERSION = 1
@@ -166,12 +178,13 @@ class Loader:
                  process_index: int = 0, process_count: int = 1, n_classes: int = 0,
                  split: str | None = None, state: dict | None = None,
                  config: birdjepa.data.config.LoaderConfig | None = None, transform: str = "audio",
-                 debug_delay_s: float = 0.0, **settings):
+                 debug_delay_s: float = 0.0, batch_dtype: str = "float32", **settings):
         self._core = None
         self._open_checked(shards, split, config, settings, mode=mode, transform=transform,
                            batch_size=batch_size, seed=seed, process_index=process_index,
                            process_count=process_count, n_classes=n_classes,
-                           debug_delay_s=debug_delay_s, state=state)
+                           debug_delay_s=debug_delay_s, batch_dtype=batch_dtype, state=state)
+        self._rounded = 0
         start = 0 if state is None else self._check_state(state)
         self._by_kind: dict[str, int] = {}
         self._damaged: set[tuple[int, int]] = set()
@@ -184,7 +197,7 @@ class Loader:
 
     def _open_checked(self, shards, split, config, settings, *, mode, transform, batch_size,
                       seed, process_index, process_count, n_classes, debug_delay_s,
-                      state=None) -> None:
+                      batch_dtype="float32", state=None) -> None:
         """Check the settings and run arguments, open and check the shards, and derive the
         stream's config, fingerprint and the JSON the Rust core runs with. An unset
         `resampler` is resolved here: `state`'s (the stream it resumes), else the default."""
@@ -198,13 +211,17 @@ class Loader:
         # shards are open): each error names its setting.
         args = {"mode": mode, "batch_size": batch_size, "seed": seed, "n_classes": n_classes,
                 "process_index": process_index, "process_count": process_count,
-                "transform": transform, "debug_delay_s": debug_delay_s}
+                "transform": transform, "debug_delay_s": debug_delay_s,
+                "batch_dtype": batch_dtype}
         opening = birdjepa.data.config.rust_json(cfg, args)
         birdjepa._rs.check_loader_settings(opening)
         self.mode, self.batch_size, self.seed = mode, int(batch_size), int(seed)
         self.process_index, self.process_count = int(process_index), int(process_count)
         self.transform, self.debug_delay_s = transform, float(debug_delay_s)
         self._open(shards, split, opening)
+        self.batch_dtype = batch_dtype
+        self.wave_dtype = "int16" if cfg.features == "device" and pack_dst.packed_16bit_at(
+            self.paths, cfg.sample_rate) else "float32"
         self.multilabel = bool(self._dataset.multilabel)
         self.class_names = (sources.class_names(self.paths, cfg.label_column, shards)
                             if cfg.label_column else None)
@@ -222,7 +239,8 @@ class Loader:
         ).hexdigest()[:16]
         self._json = birdjepa.data.config.rust_json(cfg, {
             **run, "process_index": self.process_index, "process_count": self.process_count,
-            "n_classes": stream_classes, "debug_delay_s": self.debug_delay_s})
+            "n_classes": stream_classes, "debug_delay_s": self.debug_delay_s,
+            "batch_dtype": batch_dtype, "wave_dtype": self.wave_dtype})
 
     def _open(self, shards, split, config_json: str) -> None:
         self.paths = resolve_shards(shards, split)
@@ -324,6 +342,17 @@ class Loader:
             self._finished = True
             raise StopIteration
         step, batch, failures, damaged = out
+        if self.batch_dtype == "bfloat16":
+            for k in ("data", "local"):
+                if k in batch:
+                    batch[k] = batch[k].view(ml_dtypes.bfloat16)
+        rounded = batch.pop("wave_rounded", 0)
+        if rounded and not self._rounded:
+            warnings.warn(f"birdjepa.data: {rounded} samples of a batch were not 16-bit audio at "
+                          f"{self.cfg.sample_rate} Hz and were rounded to int16 (the corpus's "
+                          "pack plan promised 16-bit); counted in loader.stats()['wave_rounded']",
+                          RuntimeWarning, stacklevel=2)
+        self._rounded += rounded
         self._step = step + 1
         self._yielded += 1
         for _index, shard, row, message, _kind in damaged:
@@ -377,6 +406,7 @@ class Loader:
             wait_s=self._wait_s,
             open_s=self.open_s,
             failures_yielded=self._failures_seen,
+            wave_rounded=self._rounded,
         )
         return s
 

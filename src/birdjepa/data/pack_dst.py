@@ -17,6 +17,28 @@ MANIFEST = "pack-manifest.json"
 LOCK = "pack.lock"
 FINAL = ("state.json", "dataset_info.json")
 
+
+def packed_16bit_at(paths: list[str], sample_rate: int) -> bool:
+    """Whether every shard of `paths` was written by a finished `pack --codec wav|flac
+    --sample_rate SAMPLE_RATE` (its directory's plan lists it, with that codec and rate, and the
+    manifest holds it): every recording that decodes is then 16-bit audio at `sample_rate`,
+    exact as int16 (what device features carry from such a corpus)."""
+    for path in paths:
+        dst, name = os.path.split(os.path.abspath(path))
+        try:
+            with open(os.path.join(dst, PLAN)) as f:
+                plan = json.load(f)
+            with open(os.path.join(dst, MANIFEST)) as f:
+                done = json.load(f)
+        except (OSError, ValueError):
+            return False
+        if not (isinstance(plan, dict) and isinstance(done, dict) and name in done
+                and name in plan.get("names", ()) and plan.get("codec") in ("wav", "flac")
+                and plan.get("sample_rate") == sample_rate):
+            return False
+    return bool(paths)
+
+
 def _sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

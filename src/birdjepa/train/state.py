@@ -18,6 +18,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import birdjepa.config
+import birdjepa.data.device_features
 import birdjepa.model
 import birdjepa.optim
 import birdjepa.params
@@ -76,15 +77,26 @@ def with_prior_bias(state: dict, n_classes: int, mesh) -> dict:
     return jax.jit(apply, out_shardings=replicated(mesh))(state)
 
 
+BATCH_KEYS = ("data", "local", "target", "valid", *birdjepa.data.device_features.WAVE_KEYS)
+"""The keys of a loader batch the step reads (host or device features)."""
+
+
+def _batch_axis(key: str, x: np.ndarray) -> int:
+    """The batch axis of a loader array: 1 for views-first arrays ((V, B, ...) features, local
+    crops, crop starts and frames), else 0."""
+    return 1 if key in ("local", "crop_start", "crop_frames", "local_crop_start",
+                        "local_crop_frames") or (key == "data" and x.ndim == 4) else 0
+
+
 def shard_batch(batch: dict, cfg: birdjepa.config.Config, mesh) -> dict:
     """Host batch -> global arrays with a leading micro-batch axis, sharded on the batch axis."""
     n_micro = cfg.optim.grad_accum
     out = {}
-    for k in ("data", "local", "target", "valid"):
+    for k in BATCH_KEYS:
         if k not in batch:
             continue
         x = np.asarray(batch[k])
-        b_axis = 1 if (k in ("data", "local") and x.ndim == 4) else 0
+        b_axis = _batch_axis(k, x)
         b = x.shape[b_axis]
         x = x.reshape(*x.shape[:b_axis], n_micro, b // n_micro, *x.shape[b_axis + 1:])
         x = np.moveaxis(x, b_axis, 0)  # (n_micro, [V,] b, ...)
@@ -99,14 +111,16 @@ def shard_eval_batch(batch: dict, batch_size: int, mesh) -> dict:
     Every process pads to the same size and runs the same number of batches (the loader pads a
     process whose slice ran out), so the collective eval step lines up."""
     b = len(batch["target"])
-    valid = np.asarray(batch.get("valid", np.ones(b, bool)), bool)
-    out = {"data": np.asarray(batch["data"]), "target": np.asarray(batch["target"]),
-           "valid": valid}
-    if b < batch_size:
-        out = {k: np.concatenate([v, np.zeros((batch_size - b, *v.shape[1:]), v.dtype)])
-               for k, v in out.items()}
-    sharding = NamedSharding(mesh, P("data"))
-    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in out.items()}
+    out = {k: np.asarray(batch[k]) for k in BATCH_KEYS if k in batch and k != "local"}
+    out["valid"] = np.asarray(batch.get("valid", np.ones(b, bool)), bool)
+    for k, v in out.items():
+        if b < batch_size:
+            axis = _batch_axis(k, v)
+            widths = [(0, 0)] * v.ndim
+            widths[axis] = (0, batch_size - b)
+            out[k] = np.pad(v, widths)
+    return {k: jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P(*([None] * _batch_axis(k, v)), "data")), v) for k, v in out.items()}
 
 
 def check_batch(batch: dict, cfg: birdjepa.config.Config) -> None:
@@ -115,6 +129,14 @@ def check_batch(batch: dict, cfg: birdjepa.config.Config) -> None:
     want = (b, cfg.data.n_frames, cfg.data.n_mels)
     if cfg.data.n_views > 1:
         want = (cfg.data.n_views, *want)
-    got = tuple(np.shape(batch["data"]))
+    key = "data"
+    if "wave" in batch:  # device features: the windows and the views' crops in them
+        window_s = cfg.data.view_window_s or cfg.data.clip_s
+        key, want = "wave", (b, round(window_s * cfg.data.sample_rate))
+        crops = tuple(np.shape(batch["crop_start"]))
+        if crops != (cfg.data.n_views, b):
+            raise ValueError(f"train batch 'crop_start': expected shape {(cfg.data.n_views, b)} "
+                             f"from the config, got {crops}")
+    got = tuple(np.shape(batch[key]))
     if got != want:
-        raise ValueError(f"train batch 'data': expected shape {want} from the config, got {got}")
+        raise ValueError(f"train batch '{key}': expected shape {want} from the config, got {got}")

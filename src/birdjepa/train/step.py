@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 import birdjepa.config
+import birdjepa.data.device_features
 import birdjepa.objectives
 import birdjepa.objectives.common
 import birdjepa.objectives.probe
@@ -21,8 +22,19 @@ class NonFiniteError(RuntimeError):
     pass
 
 
+def features(batch: dict, cfg: birdjepa.config.Config) -> dict:
+    """The batch the objectives read: with `data.features = "device"` the loader's windows made
+    into log-mel views here, on the device (`birdjepa.data.device_features.featurize`); host
+    features that crossed as bfloat16 (the loader's `batch_dtype`) back in float32 (the encoder
+    rounds its input to its compute dtype either way)."""
+    if "wave" in batch:
+        batch = birdjepa.data.device_features.featurize(batch, cfg.data)
+    return {k: v.astype(jnp.float32) if k in ("data", "local") else v for k, v in batch.items()}
+
+
 def loss_fn(params, static, batch, key, cfg: birdjepa.config.Config):
     """Objective loss + probe loss (the probe sees a stop-gradient embedding)."""
+    batch = features(batch, cfg)
     m = eqx.combine(params, static)
     obj, sub = birdjepa.objectives.get(cfg.objective)
     loss, parts, emb, target, w = obj.loss(sub, m["encoder"], m["heads"], batch, key=key)
@@ -103,6 +115,7 @@ def eval_step(params, batch, *, static, cfg: birdjepa.config.Config):
     """Sums over one eval batch: labelled valid rows, probe top-1 hits and loss, supervised head
     hits (class ids or multi-hot targets: `objectives.common.per_row`)."""
     m = eqx.combine(params, static)
+    batch = features(batch, cfg)
     target = batch["target"]
     emb = m["encoder"](batch["data"]).pooled_bd
     ce, hit, labelled = birdjepa.objectives.common.per_row(m["probe"](emb), target)
