@@ -9,9 +9,11 @@ corpus is `benchmarks.loader`'s (60 s demo recordings by default).
 `python -m benchmarks views --config vit-s [--batch_size 256] [--workers 2]`: the loader at a
 training config's data settings (views, view window, frames, mels, sample rate) over `--data`
 (default: the demo corpus, data/demo/train) as stored and packed by `sources pack --codec C
---sample_rate <the config's>` for each codec of `--pack` (wav,flac): clips/s, clips per
-CPU-second of the whole process, transform CPU per clip, peak RSS and the ratio to the corpus as
-stored (docs/issues/022-gpu-kept-busy). `--after_compile`: each form also in a process that first
+--sample_rate <the config's>` for each codec of `--pack` (wav,flac), with the features made on
+the host (float32: before issue 46; bfloat16) and on the device (`data.features = "device"`):
+clips/s, clips per CPU-second of the whole process, transform CPU per clip, peak RSS and the
+ratios to the host's float32 features of the corpus as stored and of the same corpus
+(docs/issues/022-gpu-kept-busy, docs/issues/028-step-beats-peer). `--after_compile`: each form also in a process that first
 compiled the config's update, as a training process has (section 7 there).
 """
 
@@ -90,14 +92,24 @@ def _isolated(fn, *args, **kw):
         return pool.apply(fn, args, kw)
 
 
+FEATURES = {"host": {}, "host bf16": {"batch_dtype": "bfloat16"},
+            "device": {"features": "device"}}
+"""The loader's three forms at a config's settings: features made by its workers as float32
+(before issue 46, the baseline), the same as bfloat16 (what a bfloat16 model's trainer asks for)
+and the window carried for the step to featurize on the device (`data.features = "device"`)."""
+
+
 def at_config(args) -> dict:
     """Clips per CPU-second at a training config's data settings (`--config`), over `--data`
     as stored and packed at the config's sample rate by `sources pack --codec C` for each C of
-    `--pack`: each form in a fresh process, best of `--repeat`."""
+    `--pack`, each with the features made on the host (float32, bfloat16) and on the device
+    (`FEATURES`): each form in a fresh process, best of `--repeat`; the ratios are to the host's
+    float32 features of the corpus as stored (before issue 46) and of the same corpus."""
     cfg = birdjepa.config.load(benchmarks.configs.CONFIGS / f"{args.config}.toml")
     d = cfg.data
     loader_cfg = birdjepa.data.config.LoaderConfig(**{
         f.name: getattr(d, f.name) for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)})
+    loader_cfg = dataclasses.replace(loader_cfg, features="host")
     workers = [int(x) for x in args.workers.split(",")]
     data = args.data or str(benchmarks.configs.CONFIGS.parent / "data" / "demo" / "train")
     window = f"one {d.view_window_s:g} s window" if d.view_window_s else "a decode each"
@@ -105,8 +117,8 @@ def at_config(args) -> dict:
           f"settings: {d.n_views} view(s) of {d.n_frames} x {d.n_mels} from {window} at "
           f"{d.sample_rate} Hz; batch {args.batch_size}, {args.batches} timed batches per run, "
           f"best of {args.repeat}")
-    print(f"{'corpus':<24} {'workers':>7} {'clips/s':>8} {'clips/cpu-s':>11} {'xform ms':>8} "
-          f"{'peak RSS':>8} {'vs stored':>9}")
+    print(f"{'corpus':<24} {'features':<10} {'workers':>7} {'clips/s':>8} {'clips/cpu-s':>11} "
+          f"{'xform ms':>8} {'peak RSS':>8} {'vs stored':>9} {'vs host':>7}")
     res: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         forms = {"as stored": data}
@@ -118,28 +130,35 @@ def at_config(args) -> dict:
             print(f"(sources pack --codec {codec} --sample_rate {d.sample_rate}: "
                   f"{s['bytes'] / 1e6:.0f} MB in {time.perf_counter() - t0:.0f} s)", flush=True)
             forms[f"packed {codec} {d.sample_rate // 1000} kHz"] = out
+        kinds = [k for k in FEATURES if k in args.features.split(",")]
         for w in workers:
             for name, path in forms.items():
                 paths = birdjepa.data.resolve_shards(path)
-                runs = [loader.run_rust_isolated(paths, args.batches, args.batch_size, w, "audio",
-                                          config=dataclasses.replace(loader_cfg, n_workers=w))
-                        for _ in range(args.repeat)]
-                r = max(runs, key=lambda x: x["clips_per_cpu_s"])
-                res[f"{w}w {name}"] = r
-                base = res[f"{w}w as stored"]["clips_per_cpu_s"]
-                print(f"{name:<24} {w:>7} {r['clips_per_s']:8.1f} {r['clips_per_cpu_s']:11.1f} "
-                      f"{r['worker_cpu_ms_per_clip']:8.2f} {r['peak_rss_mb']:6.0f}MB "
-                      f"{r['clips_per_cpu_s'] / base:8.2f}x  {loader._load()}", flush=True)
-                if args.after_compile:
-                    a = max((_isolated(_after_compile, args.config, paths, args.batches,
-                                       args.batch_size, w, "audio",
-                                       config=dataclasses.replace(loader_cfg, n_workers=w))
-                             for _ in range(args.repeat)), key=lambda x: x["clips_per_cpu_s"])
-                    res[f"{w}w {name} after compile"] = a
-                    print(f"{'  after a compile':<24} {w:>7} {a['clips_per_s']:8.1f} "
-                          f"{a['clips_per_cpu_s']:11.1f} {a['worker_cpu_ms_per_clip']:8.2f} "
-                          f"{a['peak_rss_mb']:6.0f}MB {a['clips_per_cpu_s'] / base:8.2f}x  "
-                          f"{loader._load()}", flush=True)
+                for kind in kinds:
+                    extra = dict(FEATURES[kind])
+                    c = dataclasses.replace(loader_cfg, n_workers=w,
+                                            features=extra.pop("features", "host"))
+                    runs = [loader.run_rust_isolated(paths, args.batches, args.batch_size, w,
+                                                     "audio", config=c, **extra)
+                            for _ in range(args.repeat)]
+                    r = max(runs, key=lambda x: x["clips_per_cpu_s"])
+                    res[f"{w}w {name} {kind}"] = r
+                    base = res.get(f"{w}w as stored {kinds[0]}", r)["clips_per_cpu_s"]
+                    host = res.get(f"{w}w {name} {kinds[0]}", r)["clips_per_cpu_s"]
+                    print(f"{name:<24} {kind:<10} {w:>7} {r['clips_per_s']:8.1f} "
+                          f"{r['clips_per_cpu_s']:11.1f} {r['worker_cpu_ms_per_clip']:8.2f} "
+                          f"{r['peak_rss_mb']:6.0f}MB {r['clips_per_cpu_s'] / base:8.2f}x "
+                          f"{r['clips_per_cpu_s'] / host:6.2f}x  {loader._load()}", flush=True)
+                    if args.after_compile:
+                        a = max((_isolated(_after_compile, args.config, paths, args.batches,
+                                           args.batch_size, w, "audio", config=c, **extra)
+                                 for _ in range(args.repeat)), key=lambda x: x["clips_per_cpu_s"])
+                        res[f"{w}w {name} {kind} after compile"] = a
+                        print(f"{'  after a compile':<24} {kind:<10} {w:>7} "
+                              f"{a['clips_per_s']:8.1f} {a['clips_per_cpu_s']:11.1f} "
+                              f"{a['worker_cpu_ms_per_clip']:8.2f} {a['peak_rss_mb']:6.0f}MB "
+                              f"{a['clips_per_cpu_s'] / base:8.2f}x  {loader._load()}",
+                              flush=True)
     return res
 
 
@@ -167,6 +186,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--pack", default="wav,flac",
                    help="with --config: the corpus also packed with these codecs at the config's "
                    "sample rate (comma-separated; empty: as stored only)")
+    p.add_argument("--features", default="host,host bf16,device",
+                   help="with --config: the loader's forms to measure, comma-separated, of "
+                   f"{', '.join(FEATURES)} (the first is the ratios' baseline)")
     p.add_argument("--after_compile", action="store_true",
                    help="with --config: each form also in a process that first compiled the "
                    "config's update (XLA), as in training")

@@ -307,8 +307,8 @@ impl ClipWorker {
     fn clip_inner(&mut self, data: &[u8], crop: Crop) -> Result<Features> {
         let (_, info) = self.wave(data, crop)?;
         if let Some(n) = self.cfg.device_wave {
-            let mut wave = Vec::with_capacity(n);
-            wave.extend_from_slice(&self.wave[..self.wave.len().min(n)]);
+            // The buffer itself goes (no copy); the next clip's resample makes a new one.
+            let mut wave = std::mem::take(&mut self.wave);
             wave.resize(n, 0.0);
             return Ok(Features {
                 n_mels: self.fbank.n_mels(),

@@ -841,7 +841,7 @@ mod tests {
         .unwrap();
         assert!(i16b.wave.is_empty() && i16b.wave16.len() == 16 * n);
         for (q, x) in i16b.wave16.iter().zip(&b.wave) {
-            assert_eq!(*q, (x * 32768.0).round() as i16);
+            assert_eq!(*q, (x * 32768.0).round_ties_even() as i16);
         }
         assert!(i16b.wave_rounded > 0 && i16b.wave_rounded <= (16 * n) as u64);
         // Host features as bfloat16.

@@ -38,6 +38,10 @@ pub(super) struct Row {
     /// then per local crop, its first frame in the window's fbank and how many frames are the
     /// clip's (`Crops`).
     pub(super) wave: Vec<f32>,
+    /// `wave` as int16 (`wave_dtype = "int16"`, `wave` then empty) and how many of its
+    /// samples were not exact.
+    pub(super) wave16: Vec<i16>,
+    pub(super) rounded: u64,
     pub(super) crops: Crops,
     pub(super) label: i64,
     /// A list<int> label column's classes (empty otherwise).
@@ -136,6 +140,8 @@ struct Featurized {
     local: Vec<f32>,
     local_start_s: Vec<f64>,
     wave: Vec<f32>,
+    /// `wave` as int16 with the count of inexact samples (`wave_dtype = "int16"`).
+    wave16: (Vec<i16>, u64),
     crops: Crops,
     /// `Features::damage` of the sample's recording.
     damage: Option<String>,
@@ -332,6 +338,7 @@ fn featurize(
         local: vec![0f32; if host { c.n_local * lf * m } else { 0 }],
         local_start_s: vec![0f64; c.n_local],
         wave: Vec::new(),
+        wave16: (Vec::new(), 0),
         crops: Crops::default(),
         damage: None,
     };
@@ -379,7 +386,11 @@ fn featurize(
             crops.local_frames.push(keep as i32);
             out.local_start_s[l] = start_s;
         }
-        out.wave = std::mem::take(&mut f.wave);
+        if c.wave_dtype == "int16" {
+            out.wave16 = to_int16(&f.wave);
+        } else {
+            out.wave = std::mem::take(&mut f.wave);
+        }
         out.crops = crops;
         return Ok(out);
     }
@@ -410,6 +421,37 @@ fn featurize(
         out.start_s[v] = f.start_s;
     }
     Ok(out)
+}
+
+/// `src` (full scale +-1) as int16 x * 32768 into `dst`, rounded to nearest even and clamped;
+/// the count of samples that were not exact (16-bit audio at the loader's rate is exact). The
+/// rounding adds and subtracts 1.5 * 2^23 (exact for |x| < 2^22), which vectorises where
+/// `f32::round` is a call per sample.
+#[allow(clippy::manual_clamp)] // clamp keeps a NaN; max/min turn it into -32768
+pub(super) fn to_int16(src: &[f32]) -> (Vec<i16>, u64) {
+    const MAGIC: f32 = 12_582_912.0;
+    let mut inexact = false;
+    let out = src
+        .iter()
+        .map(|&x| {
+            let y = (x * 32768.0).max(-32768.0).min(32767.0);
+            let r = (y + MAGIC) - MAGIC;
+            inexact |= r != y;
+            // SAFETY: r is finite and in [-32768, 32767]: it fits an i32, and the i16 after.
+            unsafe { r.to_int_unchecked::<i32>() as i16 }
+        })
+        .collect();
+    // Counted only when some sample was not exact (never, for 16-bit audio at the rate).
+    let rounded = if inexact {
+        let back = |q: i16| q as f32 / 32768.0;
+        src.iter()
+            .zip(&out)
+            .filter(|&(&x, &q)| back(q) != x)
+            .count() as u64
+    } else {
+        0
+    };
+    (out, rounded)
 }
 
 /// `featurize`, with a panic in the transform turned into this sample's failure (counted and
@@ -477,6 +519,8 @@ fn attempt(
             start_s: f.start_s,
             local: f.local,
             local_start_s: f.local_start_s,
+            rounded: f.wave16.1,
+            wave16: f.wave16.0,
             wave: f.wave,
             crops: f.crops,
             label: s.label,
@@ -499,7 +543,7 @@ fn invalid_row(ctx: &Ctx, reader: &mut Reader, index0: u64) -> Row {
         .map(|s| (s.label, s.classes))
         .unwrap_or((-1, Vec::new()));
     let c = &ctx.cfg;
-    let host = !c.device_features();
+    let (host, int16) = (!c.device_features(), c.wave_dtype == "int16");
     Row {
         data: vec![
             0.0;
@@ -519,7 +563,9 @@ fn invalid_row(ctx: &Ctx, reader: &mut Reader, index0: u64) -> Row {
             }
         ],
         local_start_s: vec![-1.0; c.n_local],
-        wave: vec![0.0; if host { 0 } else { c.wave_samples() }],
+        wave: vec![0.0; if host || int16 { 0 } else { c.wave_samples() }],
+        wave16: vec![0; if !host && int16 { c.wave_samples() } else { 0 }],
+        rounded: 0,
         crops: Crops::empty(c),
         label,
         classes,

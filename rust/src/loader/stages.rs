@@ -286,11 +286,12 @@ impl Assembler {
             interleave(&mut batch.local, &row.local, locals, |x| x);
         }
         if c.device_features() {
-            let n = row.wave.len();
             if c.wave_dtype == "int16" {
-                let dst = &mut batch.wave16[slot * n..(slot + 1) * n];
-                batch.wave_rounded += to_int16(&row.wave, dst);
+                let n = row.wave16.len();
+                batch.wave16[slot * n..(slot + 1) * n].copy_from_slice(&row.wave16);
+                batch.wave_rounded += row.rounded;
             } else {
+                let n = row.wave.len();
                 batch.wave[slot * n..(slot + 1) * n].copy_from_slice(&row.wave);
             }
             let k = &row.crops;
@@ -346,17 +347,4 @@ fn interleave<S: Copy, D>(
 pub(super) fn bf16_bits(x: f32) -> u16 {
     let b = x.to_bits();
     ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
-}
-
-/// `src` (full scale +-1) as int16 x * 32768 into `dst`, rounded and clamped; the count of
-/// samples that were not exact (16-bit audio at the loader's rate is exact).
-fn to_int16(src: &[f32], dst: &mut [i16]) -> u64 {
-    let mut rounded = 0;
-    for (d, &x) in dst.iter_mut().zip(src) {
-        let y = x * 32768.0;
-        let r = y.round().clamp(-32768.0, 32767.0);
-        rounded += (r != y) as u64;
-        *d = r as i16;
-    }
-    rounded
 }
