@@ -5,7 +5,8 @@ import sys
 
 import birdjepa.common.cli_args as cli_args
 
-NAMES = ("transforms", "loader", "views", "train", "ckpt", "birdset", "embed", "plan", "bird_mae")
+NAMES = ("transforms", "loader", "views", "train", "ckpt", "birdset", "embed", "plan", "bird_mae",
+         "bytes")
 
 
 def main(argv: list[str]) -> int:

@@ -4,8 +4,11 @@ would write it without birdjepa (nothing of birdjepa's model, objectives or opti
 Same input (n_frames x n_mels log-mel), patches, width, depth, heads, MLP ratio, CLS + registers
 (the same token count), compute dtype (float32 parameters, matmuls and attention in the compute
 dtype), attention kernel (cuDNN on a GPU in bfloat16, else XLA), `lax.scan` over stacked blocks
-with the same rematerialisation policy, AdamW with weight decay and clipping; the same number of
-sequences per update (clips x views). Pre-LN blocks with a fused QKV projection, GELU MLP, a
+with the same rematerialisation policy (where birdjepa runs its blocks unrolled,
+`model.scan_layers = false`, which a plain ViT does not, the peer keeps its own best
+arrangement that fits: a scan with remat "dots"; a scan without remat needs 118 GB at vit-s
+512 x 2 views and moves 2.6x the bytes), AdamW with weight decay and clipping; the same number
+of sequences per update (clips x views). Pre-LN blocks with a fused QKV projection, GELU MLP, a
 learned position table; the loss is a mean square of the pooled output, so the encoder's forward
 and backward are all the work. birdjepa's step does more (its objective's heads and loss, the
 online probe, RoPE, QK-norm, LayerScale): it should still not be slower.
@@ -36,7 +39,7 @@ class PeerViT:
         self.n_seq = cfg.batch_size * cfg.data.n_views
         on_gpu = (platform or jax.default_backend()) in ("gpu", "cuda")
         self.attention = "cudnn" if on_gpu and self.dtype == jnp.bfloat16 else None
-        self.policy = POLICIES[m.remat]
+        self.policy = POLICIES[m.remat if m.scan_layers else "dots"]
         self.tx = optax.chain(optax.clip_by_global_norm(cfg.optim.clip or 1e9),
                               optax.adamw(cfg.optim.lr, weight_decay=cfg.optim.weight_decay))
         self.update = jax.jit(self._update, donate_argnums=(0, 1))

@@ -33,7 +33,6 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotun
                            " --xla_gpu_enable_triton_gemm=false").strip()
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
@@ -48,6 +47,7 @@ import birdjepa.launch.sweep  # noqa: E402
 import birdjepa.optim  # noqa: E402
 import birdjepa.params  # noqa: E402
 import birdjepa.train.flops  # noqa: E402
+import birdjepa.train.state  # noqa: E402
 import birdjepa.train.step  # noqa: E402
 
 FMHA = 'custom_call_target="__cudnn$fmha'
@@ -74,19 +74,6 @@ def sweep_configs(path: str, devices: int) -> list[tuple[str, birdjepa.config.Co
     return out
 
 
-def abstract_batch(cfg: birdjepa.config.Config, sharding) -> dict:
-    """Shapes of a device batch as `train.state.shard_batch` builds it (leading micro-batch axis;
-    local crops where data.n_local > 0)."""
-    d, n_micro = cfg.data, cfg.optim.grad_accum
-    b = cfg.batch_size // n_micro
-    views = (d.n_views,) if d.n_views > 1 else ()
-    spec = {"data": ((n_micro, *views, b, d.n_frames, d.n_mels), jnp.float32),
-            "target": ((n_micro, b), jnp.int32), "valid": ((n_micro, b), jnp.bool_)}
-    if d.n_local:
-        spec["local"] = ((n_micro, d.n_local, b, d.local_frames, d.n_mels), jnp.float32)
-    return {k: jax.ShapeDtypeStruct(s, dt, sharding=sharding) for k, (s, dt) in spec.items()}
-
-
 def compile_step(cfg: birdjepa.config.Config, gpu: str) -> tuple[dict, int]:
     """(XLA's memory analysis in bytes, number of fused attention calls) of the update of a
     finalized `cfg` compiled for one `gpu`."""
@@ -97,7 +84,7 @@ def compile_step(cfg: birdjepa.config.Config, gpu: str) -> tuple[dict, int]:
     state, static = birdjepa.params.abstract_state(cfg, sharding=sharding)
     tx = birdjepa.optim.make(cfg.optim, state["params"])
     fn = birdjepa.train.step.jit_update(cfg, static=static, tx=tx)
-    compiled = fn.lower(state, abstract_batch(cfg, sharding)).compile()
+    compiled = fn.lower(state, birdjepa.train.state.abstract_batch(cfg, sharding)).compile()
     m = compiled.memory_analysis()
     memory = {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes,
               "temp": m.temp_size_in_bytes, "alias": m.alias_size_in_bytes}

@@ -14,8 +14,10 @@ data/demo/.done-split`; its label column gives the class count), or with `--synt
 in-memory random batches.
 
 In the same process the peer, a plain-JAX ViT of the same shape (benchmarks/peer_vit.py), runs
-two updates then `--steps` the same way as the step alone; the last line per config is its step
-time and birdjepa's speed relative to it (peer time / birdjepa time: >= 1 is the goal).
+two updates then `--steps` the same way as the step alone; its line gives its step time and
+birdjepa's speed relative to it (peer time / birdjepa time: >= 1 is the goal). With `--remat
+R` (repeatable) the step alone is also timed under each remat R, beside the config's own: the
+step time and memory of each and the fastest (remat is chosen per GPU by measured time).
 With `--memory_only` nothing runs: only the memory analysis, at the config's own batch size.
 """
 
@@ -23,7 +25,6 @@ import dataclasses
 import time
 
 import jax
-import jax.numpy as jnp
 
 import benchmarks.configs
 import benchmarks.peer_vit
@@ -54,16 +55,6 @@ def make_loader(cfg: birdjepa.config.Config, data: str | None):
     return train
 
 
-def abstract_batch(cfg: birdjepa.config.Config, sharding) -> dict:
-    """Shapes of a sharded batch as `shard_batch` builds it (leading micro-batch axis)."""
-    n_micro = cfg.optim.grad_accum
-    b = cfg.batch_size // n_micro
-    views = (cfg.data.n_views,) if cfg.data.n_views > 1 else ()
-    spec = {"data": ((n_micro, *views, b, cfg.data.n_frames, cfg.data.n_mels), jnp.float32),
-            "target": ((n_micro, b), jnp.int32), "valid": ((n_micro, b), jnp.bool_)}
-    return {k: jax.ShapeDtypeStruct(s, dt, sharding=sharding) for k, (s, dt) in spec.items()}
-
-
 def memory_analysis(cfg: birdjepa.config.Config) -> dict:
     """XLA's memory analysis of the update compiled for one device (nothing is allocated):
     bytes of arguments, outputs, temporaries, donated aliases, and total = arg + out + temp -
@@ -73,7 +64,7 @@ def memory_analysis(cfg: birdjepa.config.Config) -> dict:
     tx = birdjepa.optim.make(cfg.optim, state["params"])
     sharding = jax.tree.leaves(state)[0].sharding
     fn = birdjepa.train.step.jit_update(cfg, static=static, tx=tx)
-    m = fn.lower(state, abstract_batch(cfg, sharding)).compile().memory_analysis()
+    m = fn.lower(state, birdjepa.train.state.abstract_batch(cfg, sharding)).compile().memory_analysis()
     out = {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes,
            "temp": m.temp_size_in_bytes, "alias": m.alias_size_in_bytes}
     out["total"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
@@ -190,6 +181,9 @@ def main(argv: list[str]) -> int:
     p.add_flag("synthetic_on_device",
                "one batch kept on the device: the step alone, no loader, no copy")
     p.add_flag("memory_only", "only XLA's memory analysis, at each config's own batch size")
+    p.add_list("remat", help="also time the step alone under this remat (repeat for more: none, "
+               "dots, block), beside the config's own: step time and memory of each, to choose "
+               "remat per GPU by measured time (docs/guides/gpus.md)")
     p.add_argument("--batch_size", type=cli_args.converter(int), default=None,
                    help="override batch_size (non-demo configs default to 4 on CPU)")
     a = p.parse_args(argv)
@@ -218,11 +212,35 @@ def main(argv: list[str]) -> int:
             f"{100 * r['data_wait_frac']:4.1f}% | h2d {r['h2d_ms']:.1f} ms | step "
             f"{r['step_ms']:.1f} ms | peak mem {_fmt_bytes(r['peak_mem'])}", flush=True)
         peer = bench_peer(cfg, a.steps)
+        m = birdjepa.config.finalize(cfg).model
+        arrangement = ("scan" if m.scan_layers else "unrolled") + f", remat {m.remat}"
         print(f"{'peer':8s} step alone | plain-JAX ViT, same shape, {peer['step_ms']:.1f} ms/step | "
               f"{peer['views_per_s']:8.1f} views/s | MFU {_pct(peer['mfu'])} | first update "
-              f"{peer['first_s']:.1f} s | birdjepa's step at {peer['step_ms'] / r['alone_ms']:.2f}x "
-              "the peer's speed", flush=True)
+              f"{peer['first_s']:.1f} s | birdjepa's step ({arrangement}) at "
+              f"{peer['step_ms'] / r['alone_ms']:.2f}x the peer's speed", flush=True)
+        remats = [x for x in a.remat or [] if x != m.remat]
+        if remats:
+            choose_remat(name, birdjepa.config.finalize(cfg), r, remats, a.steps, synthetic)
     return 0
+
+
+def choose_remat(name: str, cfg: birdjepa.config.Config, own: dict, remats: list[str],
+                 n_steps: int, synthetic: bool) -> None:
+    """The step alone (one batch on the device) under each of `remats` beside the config's own
+    (`own`, bench's result): step time and memory of each, and the fastest: remat is chosen per
+    GPU by measured step time, memory only deciding what fits. `cfg` is finalized."""
+    rows = {cfg.model.remat: (own["alone_ms"], own["peak_mem"], memory_analysis(cfg)["total"])}
+    for remat in remats:
+        c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, remat=remat))
+        mem = memory_analysis(c)["total"]
+        r = bench(c, n_steps, synthetic=synthetic, on_device=True)
+        rows[remat] = (r["alone_ms"], r["peak_mem"], mem)
+    for remat, (ms, peak, mem) in rows.items():
+        print(f"{name:8s} remat {remat:5s} | step alone {ms:7.1f} ms | XLA memory "
+              f"{_fmt_bytes(mem)} | peak in use {_fmt_bytes(peak)}", flush=True)
+    best = min(rows, key=lambda k: rows[k][0])
+    print(f"{name:8s} fastest: remat {best} ({rows[best][0]:.1f} ms; the config's "
+          f"{cfg.model.remat}: {rows[cfg.model.remat][0]:.1f} ms)", flush=True)
 
 
 def _pct(x) -> str:

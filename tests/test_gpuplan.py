@@ -2,7 +2,8 @@
 remat and batch, the rows' schema and the plan file, the key that finds a sweep entry's rows, and
 `attention = "auto"` following the platform the step is traced for. The compiles themselves run
 under `make gpu-plan` (XLA's GPU compiler, jax[cuda12]); tests/fixtures/gpu-plan-rows.json holds
-rows it wrote on 2026-11-25 (jax 0.10.2): numbers read back here, never recomputed."""
+rows it wrote on 2026-11-28 (jax 0.10.2; the configs' blocks unrolled with a bfloat16 residual,
+docs/issues/028-step-beats-peer): numbers read back here, never recomputed."""
 
 import dataclasses
 import json
@@ -44,8 +45,9 @@ def test_fit_rule_leaves_15_percent_free():
 
 
 def test_recorded_rows_follow_the_fit_rule():
-    """Every recorded row's verdict is the rule applied to its own memory figures, and the
-    issue's case holds: ViT-B without remat at batch 256 x 2 views does not fit an H100."""
+    """Every recorded row's verdict is the rule applied to its own memory figures. Without remat
+    at batch 256 x 2 views ViT-B now fits an H100 (blocks unrolled: 57.8 GB, where a scan needed
+    144.5 GB on 2026-11-25), not an A100 80GB (its compiler's fusions differ: 70.2 GB)."""
     assert len(ROWS) >= 12
     for r in ROWS:
         if r["total_gb"] is None:  # skipped: a smaller batch of the same remat did not fit
@@ -59,8 +61,11 @@ def test_recorded_rows_follow_the_fit_rule():
         assert r["fits"] == (r["total_gb"] <= 0.85 * r["device_gb"])
     (none,) = [r for r in rows_of("vit-b", "h100") if r["remat"] == "none"
                and r["batch_size"] == 256]
-    assert not none["fits"] and none["total_gb"] > 100
-    assert rules.describe(none).startswith("does NOT fit on h100")
+    assert none["fits"] and 50 < none["total_gb"] < 60
+    (none,) = [r for r in rows_of("vit-b", "a100-80g") if r["remat"] == "none"
+               and r["batch_size"] == 256]
+    assert not none["fits"] and none["total_gb"] > 0.85 * none["device_gb"]
+    assert rules.describe(none).startswith("does NOT fit on a100-80g")
 
 
 def test_choice_least_remat_then_largest_batch():

@@ -34,7 +34,7 @@ PYTHONPATH=. .venv/bin/python "$D/ab.py" "$W/old/lib_rs.so" "$W/new_rs.so" data/
 # 4. The step as XLA's GPU compiler sees it (H100 target, no GPU): bytes read and written per
 #    update, beside the plain-JAX peer of the same shape.
 for c in vit-s vit-b; do
-    PYTHONPATH=src:. .venv-gpu/bin/python "$D/step_cost.py" $c
+    PYTHONPATH=src:. .venv-gpu/bin/python -m benchmarks bytes --configs $c  # was step_cost.py here
 done
 
 # 5. The step on this machine's CPU beside the peer (not a GPU figure).

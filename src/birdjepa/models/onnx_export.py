@@ -51,14 +51,16 @@ def _import_jax2onnx():
 
 
 def for_export(encoder: birdjepa.model.ViT) -> birdjepa.model.ViT:
-    """The same weights computing in float32 with the XLA attention and no remat (see above)."""
+    """The same weights computing in float32 (the residual stream too) with the XLA attention
+    and no remat (see above)."""
     out = copy.copy(encoder)
     cfg = dataclasses.replace(encoder.cfg, compute_dtype="float32", attention="xla",
-                              remat="none")
+                              remat="none", residual_dtype="float32")
     object.__setattr__(out, "cfg", cfg)
     blocks = copy.copy(encoder.blocks)
     object.__setattr__(blocks, "dtype", "float32")
     object.__setattr__(blocks, "attention", "xla")
+    object.__setattr__(blocks, "residual", "float32")
     object.__setattr__(out, "blocks", blocks)
     return out
 

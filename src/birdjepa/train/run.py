@@ -285,11 +285,6 @@ def _check_resume(cfg, saved: dict, ckpt_dir: pathlib.Path, latest: int) -> None
             f"got {cfg.n_steps}")
 
 
-def batch_dtype(cfg: birdjepa.config.Config) -> str:
-    """The dtype host features cross to the device in: the encoder's compute dtype."""
-    return "bfloat16" if cfg.model.compute_dtype == "bfloat16" else "float32"
-
-
 def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None):
     """(train, eval) birdjepa.data.Loader over the configured shards; fails fast on missing
     paths. `train_state` (a train loader's state_dict()) resumes the train stream."""
@@ -300,7 +295,7 @@ def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None
     # its input to bfloat16 either way, train.step.features widens them back for the losses).
     run = dict(seed=cfg.seed, process_index=jax.process_index(),
                process_count=jax.process_count(), n_classes=cfg.n_classes,
-               batch_dtype=batch_dtype(cfg))
+               batch_dtype=birdjepa.train.state.batch_dtype(cfg))
     train = birdjepa.data.Loader(d.train_shards, config=d, mode="train",
                                  batch_size=cfg.batch_size, state=train_state, **run)
     ecfg = d.for_eval()

@@ -123,6 +123,35 @@ def shard_eval_batch(batch: dict, batch_size: int, mesh) -> dict:
         NamedSharding(mesh, P(*([None] * _batch_axis(k, v)), "data")), v) for k, v in out.items()}
 
 
+def batch_dtype(cfg: birdjepa.config.Config) -> str:
+    """The dtype host features cross to the device in (the loader's `batch_dtype`): the
+    encoder's compute dtype, which rounds its input to it either way."""
+    return "bfloat16" if cfg.model.compute_dtype == "bfloat16" else "float32"
+
+
+def abstract_batch(cfg: birdjepa.config.Config, sharding, *, wave_dtype: str = "float32") -> dict:
+    """Shapes and dtypes of a device batch as `shard_batch` builds it from the train loader of
+    a finalized `cfg` (leading micro-batch axis): host features in `batch_dtype(cfg)`, or with
+    `data.features = "device"` the windows (`wave_dtype`: "int16" from a packed corpus, else
+    "float32", the larger) and their crops; local crops where data.n_local > 0."""
+    d, n_micro = cfg.data, cfg.optim.grad_accum
+    b = cfg.batch_size // n_micro
+    views = (d.n_views,) if d.n_views > 1 else ()
+    spec = {"target": ((n_micro, b), jnp.int32), "valid": ((n_micro, b), jnp.bool_)}
+    if d.features == "device":
+        samples = round((d.view_window_s or d.clip_s) * d.sample_rate)
+        spec["wave"] = ((n_micro, b, samples), jnp.dtype(wave_dtype))
+        for k, n in (("crop", d.n_views), ("local_crop", d.n_local)):
+            if n:
+                spec[f"{k}_start"] = spec[f"{k}_frames"] = ((n_micro, n, b), jnp.int32)
+    else:
+        dt = jnp.dtype(batch_dtype(cfg))
+        spec["data"] = ((n_micro, *views, b, d.n_frames, d.n_mels), dt)
+        if d.n_local:
+            spec["local"] = ((n_micro, d.n_local, b, d.local_frames, d.n_mels), dt)
+    return {k: jax.ShapeDtypeStruct(s, dt, sharding=sharding) for k, (s, dt) in spec.items()}
+
+
 def check_batch(batch: dict, cfg: birdjepa.config.Config) -> None:
     """The loader's first batch has the shape the config promises (this process's slice)."""
     b = cfg.batch_size // jax.process_count()

@@ -1,17 +1,22 @@
-"""The train step's cost as XLA's GPU compiler sees it, without a GPU: compile the update of a
-config for the H100 target (benchmarks/plan.py's deviceless recipe) and print XLA's own cost
-analysis of the optimised module (FLOPs, bytes accessed: the step is memory-bound outside the
-matmuls, so fewer bytes means a faster step) beside the plain-JAX peer of the same shape, plus
-the kernels that move the most bytes and the count of copies.
+"""The step's bytes as XLA's GPU compiler sees it, without a GPU: `python -m benchmarks bytes
+[--configs vit-s --configs vit-b] [--batch_size N] [--model KEY=VALUE]... [--features host,device]`
+(in `.venv-gpu`, `make bytes`).
 
-    .venv-gpu/bin/python docs/issues/022-gpu-kept-busy/step_cost.py vit-s [--batch 512]
+For each config it compiles the train update for the H100 target (benchmarks/plan.py's deviceless
+recipe) beside the plain-JAX peer of the same shape (benchmarks/peer_vit.py, its own best
+arrangement: a scan with remat "dots") and prints what each kernel of the optimised HLO reads and
+writes per update (operands and results; only the touched slice of in-place slicing fusions;
+loop bodies times their trip count: XLA's own cost analysis counts a loop's body once), XLA's
+memory analysis, the cuDNN fused attention calls and the copies, and birdjepa's bytes against
+the peer's. Outside the matmuls the step is memory-bound, so bytes track time: on an H200 the
+ratio of bytes predicted the ratio of measured step times within 5 % (docs/issues/022-gpu-kept-
+busy section 5, docs/issues/028-step-beats-peer). With `--features host,device` birdjepa's step
+is also compiled with `data.features = "device"` (int16 windows, as from a packed corpus): the
+log-mel features' cost on the device, in bytes and in XLA's FLOPs.
 """
 
-import argparse
 import collections
 import dataclasses
-import functools
-import os
 import re
 import tomllib
 
@@ -25,11 +30,13 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import benchmarks.peer_vit
+import birdjepa.common.cli_args as cli_args
 import birdjepa.config
 import birdjepa.launch.gpuplan.targets as targets
 import birdjepa.optim
 import birdjepa.params
 import birdjepa.train.flops
+import birdjepa.train.state
 import birdjepa.train.step
 
 SHAPE = re.compile(r"(pred|s8|u8|s16|u16|bf16|f16|s32|u32|f32|s64|u64|f64)\[([0-9,]*)\]")
@@ -155,64 +162,83 @@ def kernels(text: str, top: int = 8):
     return total, sorted(agg.items(), key=lambda kv: -kv[1][1])[:top]
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("config")
-    p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--gpu", default="h100")
-    p.add_argument("--model", action="append", default=[], metavar="KEY=VALUE",
-                   help="a model setting changed (TOML value), e.g. qk_norm=false")
-    p.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--unroll", action="store_true",
-                   help="trace every lax.scan unrolled: XLA's cost analysis counts a while "
-                   "loop's body once, so only an unrolled step is counted whole")
-    a = p.parse_args()
-    if a.unroll:
-        jax.lax.scan = functools.partial(jax.lax.scan, unroll=True)
-    cfg = plan.load_config(a.config)
-    if a.batch:
-        cfg = cfg.__class__(**{**cfg.__dict__, "batch_size": a.batch})
-    for kv in a.model:
-        key, value = kv.split("=", 1)
-        value = tomllib.loads(f"v = {value}")["v"]
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **{key: value}))
-    cfg = birdjepa.config.finalize(cfg)
-    topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                        target_config=targets.target_config(a.gpu))
-    mesh = topologies.make_mesh(topo, (1,), ("data",))
-    sharding = NamedSharding(mesh, P())
+def measure(compiled) -> dict:
+    """Bytes moved (kernels), XLA's memory analysis total and FLOPs, fused attention calls and
+    copies of a compiled step."""
+    text, m = compiled.as_text(), compiled.memory_analysis()
+    moved, top = kernels(text)
+    return {"bytes": moved, "top": top, "flops": cost(compiled).get("flops", 0.0),
+            "memory": (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                       - m.alias_size_in_bytes),
+            "fmha": text.count(plan.FMHA), "copies": len(re.findall(r" copy[.(]", text))}
+
+
+def compile_ours(cfg, sharding, *, wave_dtype: str = "int16"):
     state, static = birdjepa.params.abstract_state(cfg, sharding=sharding)
     tx = birdjepa.optim.make(cfg.optim, state["params"])
     fn = birdjepa.train.step.jit_update(cfg, static=static, tx=tx)
-    ours = fn.lower(state, plan.abstract_batch(cfg, sharding)).compile()
+    batch = birdjepa.train.state.abstract_batch(cfg, sharding, wave_dtype=wave_dtype)
+    return fn.lower(state, batch).compile()
+
+
+def compile_peer(cfg, sharding):
     peer = benchmarks.peer_vit.PeerViT(cfg, platform="gpu")
     p_state = jax.eval_shape(peer.init, jax.random.key(0))
     p_state = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
                            p_state)
     x = jax.ShapeDtypeStruct((peer.n_seq, peer.t, peer.mels), jax.numpy.float32,
                              sharding=sharding)
-    theirs = peer.update.lower(*p_state, x).compile() if a.peer else None
-    model_flops = birdjepa.train.flops.flops_per_update(cfg)
-    print(f"{a.config} batch {cfg.batch_size} x {cfg.data.n_views} views, {a.gpu}, "
-          f"remat {cfg.model.remat}; model FLOPs/update {model_flops / 1e12:.2f} T")
-    for name, c in (("birdjepa", ours), ("peer", theirs))[:2 if a.peer else 1]:
-        k = cost(c)
-        text = c.as_text()
-        if os.environ.get("DUMP"):
-            with open(f"{os.environ['DUMP']}.{name}.hlo", "w") as f:
-                f.write(text)
-        m = c.memory_analysis()
-        mem = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-               - m.alias_size_in_bytes)
-        print(f"{name:9s} XLA flops {k.get('flops', 0) / 1e12:8.2f} T | bytes accessed "
-              f"{k.get('bytes accessed', 0) / 1e9:8.1f} GB | memory {mem / 1e9:5.1f} GB | fused attention "
-              f"{text.count(plan.FMHA)} | copies {len(re.findall(r' copy[.(]', text))}")
-        moved, kinds = kernels(text)
-        print(f"{'':9s} kernels read + write {moved / 1e9:.1f} GB per update (loops counted "
-              "by their trip count)")
-        for kind, (n, b) in kinds:
-            print(f"    {kind[:48]:48s} x{n:<5d} {b / 1e9:7.1f} GB")
+    return peer.update.lower(*p_state, x).compile()
 
 
-if __name__ == "__main__":
-    main()
+def _line(name: str, r: dict, views: int) -> str:
+    return (f"{name:16s} {r['bytes'] / 1e9:8.1f} GB read+written ({r['bytes'] / views / 1e6:6.1f} "
+            f"MB/view) | memory {r['memory'] / 1e9:5.1f} GB | XLA FLOPs {r['flops'] / 1e12:6.2f} T "
+            f"| fused attention {r['fmha']} | copies {r['copies']}")
+
+
+def main(argv: list[str]) -> int:
+    p = cli_args.Parser("python -m benchmarks bytes", __doc__)
+    p.add_list("configs", help="a config (configs/NAME.toml or a path; default: vit-s, vit-b)")
+    p.add_argument("--batch_size", type=cli_args.converter(int), default=None,
+                   help="override the config's batch size")
+    p.add_argument("--gpu", default="h100", help="the GPU target (birdjepa.launch.gpuplan)")
+    p.add_list("model", help="a model setting changed, KEY=VALUE in TOML (e.g. qk_norm=false)")
+    p.add_argument("--features", default="host",
+                   help="birdjepa's step with these data.features, comma-separated (host,device)")
+    p.add_argument("--top", type=cli_args.converter(int), default=0,
+                   help="also list the kinds of kernel that move the most bytes")
+    a = p.parse_args(argv)
+    topo = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
+                                        target_config=targets.target_config(a.gpu))
+    sharding = NamedSharding(topologies.make_mesh(topo, (1,), ("data",)), P())
+    for name in a.configs or ["vit-s", "vit-b"]:
+        cfg = plan.load_config(name)
+        if a.batch_size:
+            cfg = dataclasses.replace(cfg, batch_size=a.batch_size)
+        for kv in a.model or []:
+            key, value = kv.split("=", 1)
+            value = tomllib.loads(f"v = {value}")["v"]
+            cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **{key: value}))
+        cfg = birdjepa.config.finalize(cfg)
+        m, views = cfg.model, cfg.batch_size * cfg.data.n_views
+        print(f"{name} batch {cfg.batch_size} x {cfg.data.n_views} views on {a.gpu}: remat "
+              f"{m.remat}, scan_layers {str(m.scan_layers).lower()}, residual {m.residual_dtype}"
+              f"; model FLOPs/update {birdjepa.train.flops.flops_per_update(cfg) / 1e12:.2f} T",
+              flush=True)
+        peer = measure(compile_peer(cfg, sharding))
+        print(_line("peer", peer, views), flush=True)
+        base = None
+        for features in a.features.split(","):
+            c = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, features=features))
+            r = measure(compile_ours(c, sharding))
+            base = base or r
+            extra = "" if r is base else (
+                f" | vs host features: bytes {100 * (r['bytes'] / base['bytes'] - 1):+.1f} %, "
+                f"XLA FLOPs {100 * (r['flops'] / base['flops'] - 1):+.1f} %")
+            print(_line(f"birdjepa {features}", r, views) + extra, flush=True)
+            print(f"{'':16s} birdjepa / peer bytes {r['bytes'] / peer['bytes']:.3f} (predicted "
+                  f"speed {peer['bytes'] / r['bytes']:.2f}x the peer's)", flush=True)
+            for kind, (n, b) in r["top"][:a.top]:
+                print(f"    {kind[:48]:48s} x{n:<5d} {b / 1e9:7.1f} GB")
+    return 0
