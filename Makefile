@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 RUST_SRC := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml pyproject.toml
 DEMO_DIR := data/demo
 
-.PHONY: setup demo ssl-demo test test-py test-rust lint bench gpu-plan clean
+.PHONY: setup demo ssl-demo test test-py test-rust lint bench gpu-plan bytes clean
 
 setup: $(VENV)/.built
 
@@ -87,6 +87,13 @@ gpu-plan: $(VENV)/.built $(VENV_GPU)/.deps
 		--configs vit-s --configs vit-b --remat none --remat dots --remat block \
 		--batch_size 256 --batch_size 512 \
 		--json runs/gpu-plan.json --check
+
+# The step's bytes per update against the plain-JAX peer, by XLA's GPU compiler for an H100 (no
+# GPU): vit-s and vit-b with the features made on the host and on the device
+# (docs/issues/028-step-beats-peer).
+bytes: $(VENV)/.built $(VENV_GPU)/.deps
+	PYTHONPATH=$(abspath src):$(abspath .) nice -n 10 $(VENV_GPU)/bin/python -m benchmarks bytes \
+		--configs vit-s --configs vit-b --features host,device
 
 clean:
 	rm -rf $(VENV) $(VENV_GPU) target $(DEMO_DIR)

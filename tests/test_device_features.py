@@ -16,10 +16,11 @@ from birdjepa.data import device_features
 from birdjepa.data.device_features import kaldi_fbank, views
 from birdjepa.demo_data import catalogue, codecs, synth
 
-RATES = (8000, 16000, 22050, 32000, 44100, 48000, 96000)
+RATES = (1000, 8000, 16000, 22050, 32000, 44100, 48000, 96000, 192000, 768000)
+"""From the lowest rate the loader resamples to to the highest (1 kHz to 768 kHz)."""
 # 128 mel triangles do not each cover an FFT bin below 22.05 kHz: Kaldi (and the Rust fbank)
-# refuse them there, so those rates take the most the test can use.
-N_MELS = {8000: 80, 16000: 96}
+# refuse them there, so those rates take the most the test can use (1 kHz: a 32-point FFT).
+N_MELS = {1000: 10, 8000: 80, 16000: 96}
 # Cells this far (natural-log units) below their frame's peak or the signal's loudest cell are
 # float32 round-off in the references (tests/test_audio_fbank.py `compare`): not compared.
 FLOOR_NATS = 13.8

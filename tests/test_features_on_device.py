@@ -87,7 +87,23 @@ def test_device_batches_equal_host_batches(corpus, name):
         assert pad.any() and np.array_equal(np.asarray(made["data"]) == 0.0, pad)
 
 
-def test_eval_batches_and_their_segments_equal_the_host(corpus):
+def test_event_crops_equal_the_host(corpus, tmp_path):
+    """crop = "events": windows placed to cover one of each row's events (drawn by the seed)."""
+    import loader_shards
+    import pyarrow as pa
+
+    path = birdjepa.data.resolve_shards(corpus)[0]
+    t = pa.ipc.open_stream(path).read_all()
+    ev = [[[0.4 + (i % 4), 1.1 + (i % 4)], [0.2, 0.9]] for i in range(t.num_rows)]
+    t = t.append_column("detected_events", pa.array(ev, pa.list_(pa.list_(pa.float64()))))
+    shard = loader_shards.write(tmp_path / "events.arrow", t)
+    cfg = LoaderConfig(n_views=2, view_window_s=6.0, crop="events")
+    host, device, made = _pair(shard, cfg)
+    np.testing.assert_array_equal(device["start_s"], host["start_s"])
+    assert _rel(np.asarray(made["data"]), host["data"]) <= 1e-4
+
+
+def test_eval_batches_equal_the_host(corpus):
     """Eval mode (centre crops, one view, padding rows at the end of the pass)."""
     cfg = LoaderConfig().for_eval()
     host, device, made = _pair(corpus, cfg, mode="eval", batch_size=5)

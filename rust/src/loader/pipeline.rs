@@ -688,14 +688,10 @@ mod tests {
         );
     }
 
-    /// With `view_window_s`, the transform runs once per sample and each view is `clip_frames`
-    /// consecutive frames of its window, at the offset the seed gives, with its start in seconds.
-    #[test]
-    fn window_views_are_frame_slices_of_one_transform_call() {
-        let ds = dataset("pipe-window", &[]);
-        let (window, clip) = (20, 8); // debug frames of 0.215 s and of 0.1 s
-                                      // Plus 2 local crops of 0.045 s (3 frames; more rows would be padding).
-        let c = LoaderConfig {
+    /// Three views of 0.1 s cut from one 0.215 s window (debug frames: 20 and 8), plus 2 local
+    /// crops of 0.045 s (3 frames; more rows would be padding).
+    fn window_cfg() -> LoaderConfig {
+        LoaderConfig {
             n_views: 3,
             clip_s: 0.1,
             view_window_s: 0.215,
@@ -703,7 +699,16 @@ mod tests {
             local_s: 0.045,
             local_frames: Some(3),
             ..cfg(Mode::Train)
-        };
+        }
+    }
+
+    /// With `view_window_s`, the transform runs once per sample and each view is `clip_frames`
+    /// consecutive frames of its window, at the offset the seed gives, with its start in seconds.
+    #[test]
+    fn window_views_are_frame_slices_of_one_transform_call() {
+        let ds = dataset("pipe-window", &[]);
+        let (window, clip) = (20, 8); // debug frames of 0.215 s and of 0.1 s
+        let c = window_cfg();
         assert_eq!((c.debug_frames(), c.clip_frames()), (window, clip));
         assert_eq!(c.local_crop_frames(), 3);
         let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -758,14 +763,8 @@ mod tests {
     fn device_features_carry_the_window_and_the_host_crops() {
         let ds = dataset("pipe-device", &[]);
         let host = LoaderConfig {
-            n_views: 3,
-            clip_s: 0.1,
-            view_window_s: 0.215,
-            n_local: 2,
-            local_s: 0.045,
-            local_frames: Some(3),
             transform: "debug".into(),
-            ..cfg(Mode::Train)
+            ..window_cfg()
         };
         let start = |c: &LoaderConfig| {
             Pipeline::start(
