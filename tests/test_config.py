@@ -193,6 +193,15 @@ BAD_VALUES = [
     ("model.layerscale", NAN, "a finite number >= 0"),
     ("n_classes", 10**12, "at most"),  # item 12: bounded by the memory it implies
     ("data.n_local", 1000, "at most 801 (the distinct 2.0 s crop positions in a 10.0 s window"),
+    # Issue 47 item 20d: a run id is one path component of safe characters (it named a
+    # directory outside runs/, nested an absolute path under it, or held a newline).
+    ("run_id", "../../escaped", "one path component of letters, digits"),
+    ("run_id", "/abs/run", "one path component of letters, digits"),
+    ("run_id", "a\nb", "one path component of letters, digits"),
+    # Item 20c: a heartbeat timeout of 0 or less was accepted.
+    ("distributed.heartbeat_timeout_s", 0, "an int >= 1"),
+    ("distributed.init_timeout_s", -5, "an int >= 1"),
+    ("distributed.shutdown_timeout_s", 0, "an int >= 1"),
 ]
 
 

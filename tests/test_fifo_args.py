@@ -49,3 +49,27 @@ def test_commands_refuse_a_fifo_argument(fifo, tmp_path, capsys, run_dir):  # no
     p = subprocess.run([sys.executable, "-m", "birdjepa.pretrain", "--cfg", str(cfg), "--run_dir",
                         str(tmp_path / "run")], capture_output=True, text=True, timeout=100)
     assert p.returncode == 2 and "got a FIFO (named pipe)" in p.stderr, p.stderr
+
+
+@pytest.mark.timeout(60)
+def test_an_output_path_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path):
+    """Issue 47 item 15: `embed`/`predict --out` naming an existing FIFO (or a link to
+    /dev/zero) blocked in the "is it one of our outputs?" check, which opened and read it
+    before any compute; evaluate's out_dir/summary.json the same. Refused by its file type."""
+    import birdjepa.config
+    import birdjepa.evaluate.runner
+    import birdjepa.models.recordings
+
+    out = tmp_path / "emb.csv"
+    os.mkfifo(out)
+    link = tmp_path / "zero.parquet"
+    link.symlink_to("/dev/zero")
+    for path, what in ((out, "a FIFO (named pipe)"), (link, "a character device")):
+        with pytest.raises(ValueError, match=f"--out: expected a new file or a regular file "
+                           f".*got {re.escape(repr(str(path)))}, {re.escape(what)}"):
+            birdjepa.models.recordings.check_out(path, (".csv", ".parquet"))
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    os.mkfifo(ev / "summary.json")
+    with pytest.raises(birdjepa.config.ConfigError, match=r"out_dir: .*summary.json is a FIFO"):
+        birdjepa.evaluate.runner.check_out_dir(ev)

@@ -331,6 +331,31 @@ def test_slurm_counts_out_of_range_are_refused(tmp_path, capsys, flag, value, le
     assert f"--slurm.{flag}: expected an int >= {least}, got {value}" in err, err
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--n_hours", "nan"], "--n_hours: expected a finite number of hours >= 1/60 (one minute), "
+     "got nan"),
+    (["--n_hours", "inf"], "--n_hours: expected a finite number of hours >= 1/60 (one minute), "
+     "got inf"),
+    (["--n_hours", "0"], "--n_hours: expected a finite number of hours >= 1/60 (one minute), "
+     "got 0.0"),
+    (["--n_hours", "-1"], "--n_hours: expected a finite number of hours >= 1/60 (one minute), "
+     "got -1.0"),
+    (["--slurm.additional_parameters", '{"constraint": '], "--slurm.additional_parameters: "
+     "expected a JSON object of sbatch options, got '{\"constraint\": ' (not JSON:"),
+    (["--slurm.additional_parameters", '["a100"]'], "--slurm.additional_parameters: expected a "
+     "JSON object of sbatch options, got '[\"a100\"]'"),
+])
+def test_time_limits_and_sbatch_options_are_checked_before_anything(tmp_path, capsys, flags,
+                                                                    message):
+    """Issue 47 item 19: `--n_hours nan|inf` and malformed additional parameters passed
+    --dry_run and ended in tracebacks at submit; 0 or -1 hours became a 1-minute limit."""
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}]')
+    for dry in (["--dry-run"], []):
+        assert launch.main(["--sweep", str(sweep), *dry, *flags]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+
 def test_dry_run_decodes_samples_and_fails_data_that_the_run_would_fail_on(tmp_path, capsys,
                                                                           monkeypatch,
                                                                           demo_audio):

@@ -58,16 +58,21 @@ BAD = [  # (settings, the one message)
     (dict(max_failure_fraction=1.5), "max_failure_fraction: expected a number in [0, 1], got 1.5"),
     (dict(std=0.0), "std: expected a finite value > 0, got 0"),
     (dict(std=-1.5), "std: expected a finite value > 0, got -1.5"),
-    (dict(clip_s=0.0), "clip_s: expected seconds > 0, got 0"),
+    (dict(clip_s=0.0), "clip_s: expected seconds >= 0.025 (one 25 ms frame), got 0"),
+    # Issue 47 item 13: a clip shorter than one frame is all padding marked valid.
+    (dict(clip_s=0.01), "clip_s: expected seconds >= 0.025 (one 25 ms frame), got 0.01"),
+    (dict(LOCAL, local_s=0.02), "local_s: expected seconds in [0.025, clip_s=5] (at least one "
+     "25 ms frame) with n_local > 0, got 0.02"),
     (dict(view_window_s=4.5),
      "view_window_s: expected 0 (one decode per view) or seconds in [clip_s=5, 3600], got 4.5"),
     (dict(view_window_s=4000.0), "view_window_s: expected 0 (one decode per view) or seconds "
      "in [clip_s=5, 3600], got 4000"),
     (dict(n_local=2), "view_window_s: expected seconds in [clip_s=5, 3600] with n_local=2 "
      "(local crops are cut from the one decoded window), got 0"),
-    (dict(LOCAL, local_s=5.5),
-     "local_s: expected seconds in (0, clip_s=5] with n_local > 0, got 5.5"),
-    (dict(LOCAL, local_s=0.0), "local_s: expected seconds in (0, clip_s=5] with n_local > 0, got 0"),
+    (dict(LOCAL, local_s=5.5), "local_s: expected seconds in [0.025, clip_s=5] (at least one "
+     "25 ms frame) with n_local > 0, got 5.5"),
+    (dict(LOCAL, local_s=0.0), "local_s: expected seconds in [0.025, clip_s=5] (at least one "
+     "25 ms frame) with n_local > 0, got 0"),
     (dict(LOCAL, local_frames=0), "local_frames: expected >= 1, got 0"),
     (dict(LOCAL, local_s=0.5, local_frames=60), "local_frames: expected at most 48 (the frames "
      "of a local_s=0.5 s crop; more would be zero-padding; leave it unset to derive it), got 60"),

@@ -41,10 +41,12 @@ def corpus(tmp_path_factory, demo_corpus):
 
 
 def _want(n_classes: int) -> np.ndarray:
-    """Multi-hot rows; a null list is a row of -1 (unlabelled), an empty list a row of 0."""
+    """Multi-hot rows; a null list, and a list of -1 only, is a row of -1 (unlabelled: -1
+    means "no label" in a list as in an int column, issue 47 item 12: `[-1]` trained as "no
+    bird"), an empty list a row of 0 (no species)."""
     y = np.zeros((len(CLASSES), n_classes), np.float32)
     for i, c in enumerate(CLASSES):
-        if c is None:
+        if c is None or (c and all(k == -1 for k in c)):
             y[i] = -1.0
         for k in c or []:
             if k >= 0:

@@ -184,3 +184,18 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_steps(tmp_path, 
         assert lines[0].startswith(f"error: {run_dir / 'curves.png'}: No space left on device")
     assert (run_dir / "checkpoints" / "2").is_dir()  # the earlier step is kept
     assert not rundir.is_complete(run_dir)
+
+
+def test_mixup_on_a_single_label_column_is_refused_at_open_and_nothing_is_written(tmp_path):
+    """Issue 47 item 17: objective.supervised.mix > 0 on class ids was checked inside the traced
+    loss: the first compile ended in a ValueError traceback through JAX's frames. It is one
+    ConfigError at open, before the run directory holds anything of the run."""
+    run_dir = tmp_path / "run"
+    cfg = tiny.tiny_config(n_steps=2, run_dir=str(run_dir))
+    sup = dataclasses.replace(cfg.objective.supervised, mix=0.5)
+    cfg = dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective, supervised=sup))
+    with pytest.raises(config.ConfigError, match=r"^objective.supervised.mix: expected 0 with a "
+                       r"single-label column \(class ids\), or a list<int> label column"):
+        birdjepa.train.loop.main(cfg, loaders=tiny.tiny_loaders)
+    held = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
+    assert not {"config.toml", "metrics.jsonl", "checkpoints", "COMPLETE"} & set(held), held

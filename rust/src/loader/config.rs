@@ -187,6 +187,9 @@ pub fn kaldi_frames(s: f64) -> usize {
     .max(1) as usize
 }
 
+/// The shortest clip (and local crop), seconds: one frame.
+pub const MIN_CLIP_S: f64 = FRAME_LENGTH_MS as f64 / 1000.0;
+
 /// The longest `view_window_s`, seconds.
 pub const MAX_WINDOW_S: f64 = 3600.0;
 
@@ -238,8 +241,13 @@ impl LoaderConfig {
         if !(self.std.is_finite() && self.std > 0.0) {
             return Err(Error::bad_argument("std", "a finite value > 0", self.std));
         }
-        if !(self.clip_s.is_finite() && self.clip_s > 0.0) {
-            return Err(Error::bad_argument("clip_s", "seconds > 0", self.clip_s));
+        // A clip shorter than one frame has no frame of its own: all padding, marked valid.
+        if !(self.clip_s.is_finite() && self.clip_s >= MIN_CLIP_S) {
+            return Err(Error::bad_argument(
+                "clip_s",
+                format!("seconds >= {MIN_CLIP_S} (one {FRAME_LENGTH_MS} ms frame)"),
+                self.clip_s,
+            ));
         }
         self.check_window()?;
         if !(self.max_audio_mb.is_finite() && self.max_audio_mb > 0.0) {
@@ -308,10 +316,14 @@ impl LoaderConfig {
                 w,
             ));
         }
-        if !(self.local_s > 0.0 && self.local_s <= self.clip_s) {
+        if !(self.local_s >= MIN_CLIP_S && self.local_s <= self.clip_s) {
             return Err(Error::bad_argument(
                 "local_s",
-                format!("seconds in (0, clip_s={}] with n_local > 0", self.clip_s),
+                format!(
+                    "seconds in [{MIN_CLIP_S}, clip_s={}] (at least one {FRAME_LENGTH_MS} ms \
+                     frame) with n_local > 0",
+                    self.clip_s
+                ),
                 self.local_s,
             ));
         }

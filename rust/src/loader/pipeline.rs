@@ -553,7 +553,9 @@ mod tests {
             ..base.clone()
         });
         assert!(
-            long.contains("local_s") && long.contains("(0, clip_s=0.1]") && long.contains("0.2")
+            long.contains("local_s")
+                && long.contains("[0.025, clip_s=0.1]")
+                && long.contains("0.2")
         );
         let frames = e(LoaderConfig {
             local_frames: Some(0),

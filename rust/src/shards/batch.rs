@@ -202,15 +202,17 @@ impl RowLabels {
         &self.values[self.offsets[r]..self.offsets[r + 1]]
     }
 
-    /// Row `r`'s classes: its non-null values other than -1 ("no label"); an empty list is
-    /// no species. A null row (a null list, or one of nulls only) is unlabelled: `[-1]`, which
-    /// the batch turns into a multi-hot row of -1 (masked, as a null int label is).
+    /// Row `r`'s classes: its non-null values other than -1; an empty list is no species.
+    /// -1 means "no label" as null does (and as in an int column): a row of nulls and -1 only
+    /// (a null list, `[null]`, `[-1]`) is unlabelled, `[-1]`, which the batch turns into a
+    /// multi-hot row of -1 (masked, as a null int label is).
     pub(super) fn classes(&self, r: usize) -> Vec<i64> {
         let row = self.row(r);
-        if !row.is_empty() && row.iter().all(Option::is_none) {
+        let classes: Vec<i64> = row.iter().flatten().copied().filter(|&v| v != -1).collect();
+        if !row.is_empty() && classes.is_empty() {
             return vec![-1];
         }
-        row.iter().flatten().copied().filter(|&v| v != -1).collect()
+        classes
     }
 
     /// Row `r`'s single label: its first class, or -1.

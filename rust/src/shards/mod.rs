@@ -402,10 +402,12 @@ mod tests {
         let mut r = Reader::new(ds.clone(), 2);
         for i in 0..40u64 {
             let s = r.sample(i).unwrap();
-            // A null list is unlabelled ([-1]); an empty one (or [-1]) is no species.
+            // A null list, like [-1] ("no label"), is unlabelled ([-1]); an empty one is no
+            // species.
             let want: Vec<i64> = match ml_classes(i) {
                 None => vec![-1],
-                Some(v) => v.into_iter().filter(|&c| c != -1).collect(),
+                Some(v) if v == [-1] => vec![-1],
+                Some(v) => v,
             };
             assert_eq!(s.classes, want, "row {i}");
             assert_eq!(s.label, want.first().copied().unwrap_or(-1), "row {i}");

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import pathlib
+import re
 import tomllib
 import types
 import typing
@@ -76,7 +77,9 @@ class Config:
     """Number of classes of the label column (probe and supervised head). Unset: the number of
     the label column's ClassLabel names (an error without them); set, it must agree with them."""
     run_id: str = ""
-    """Run identifier; empty means a fresh timestamp id."""
+    """Run identifier: one path component of letters, digits, '.', '_' and '-' (it names the run
+    directory runs/<run_id> and the wandb run); empty means the config's hash id (run-<hex>):
+    the same command finds its run again."""
     run_dir: str = ""
     """Output directory (config.toml, metrics.jsonl, plot); empty means runs/<run_id>."""
     objective: losses.ObjectiveConfig = losses.ObjectiveConfig()
@@ -278,6 +281,10 @@ def with_class_count(cfg: Config) -> Config:
     return dataclasses.replace(cfg, n_classes=len(names)) if names else cfg
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+"""A run id: one path component of safe characters (it names runs/<run_id> and the wandb run)."""
+
+
 def _require(ok: bool, key: str, expected: str, got) -> None:
     if not ok:
         raise ConfigError(f"{key}: expected {expected}, got {got!r}")
@@ -299,6 +306,12 @@ def validate(cfg: Config) -> None:
              cfg.seed)
     _require(cfg.peak_tflops is None or (math.isfinite(cfg.peak_tflops) and cfg.peak_tflops > 0),
              "peak_tflops", "a finite number > 0 or unset", cfg.peak_tflops)
+    _require(cfg.run_id == "" or RUN_ID.fullmatch(cfg.run_id) is not None, "run_id",
+             "one path component of letters, digits, '.', '_' and '-' (at most 128, not starting "
+             "with '.' or '-'), or empty", cfg.run_id)
+    for key in ("init_timeout_s", "heartbeat_timeout_s", "shutdown_timeout_s"):
+        v = getattr(cfg.distributed, key)
+        _require(isinstance(v, int) and v >= 1, f"distributed.{key}", "an int >= 1 (seconds)", v)
     _validate_data(cfg)
     _validate_optim(cfg)
     try:

@@ -158,8 +158,10 @@ class LoaderConfig:
     """Column with the encoded audio (HF Audio struct or binary)."""
     label_column: str | None = "label"
     """Label column: int (one class per row; -1 or null: no label; string labels need
-    ds.class_encode_column first), list<int> (multilabel: multi-hot targets), or None (targets
-    are then -1). Checked against n_classes at open."""
+    ds.class_encode_column first), list<int> (multilabel: multi-hot targets; an empty list is
+    no species, and -1 means "no label" there too: a null list or a list of nulls and -1 only
+    is an unlabelled row, masked), or None (targets are then -1). Checked against n_classes at
+    open."""
     max_failure_fraction: float = _speed(0.1)
     """Raise birdjepa.TooManyFailuresError once more than this fraction of the last
     `failure_window` samples (each failed attempt and each success, in stream order) failed,

@@ -12,6 +12,9 @@ import numpy as np
 
 
 class SyntheticLoader:
+    multilabel = False
+    """Targets are class ids (as `birdjepa.data.Loader.multilabel` says of an int column)."""
+
     def __init__(
         self,
         shards=None,

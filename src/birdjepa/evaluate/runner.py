@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import birdjepa._rs
 import birdjepa.common.outputs as outputs
 import birdjepa.config
 import birdjepa.evaluate.cache as cache
@@ -212,6 +213,12 @@ def check_out_dir(out: pathlib.Path) -> None:
     present = [n for n in OUTPUTS if (out / n).exists()]
     if not present:
         return
+    for n in present:  # never opened: a FIFO would block, a device never end
+        kind = birdjepa._rs.file_kind((out / n).stat().st_mode)
+        if kind is not None:
+            raise birdjepa.config.ConfigError(
+                f"out_dir: expected a directory without evaluate's file names or an earlier "
+                f"evaluation's, got {str(out)!r}, whose {n} is {kind}; choose another out_dir")
     try:
         ours = "results" in json.loads((out / "summary.json").read_text())
     except (OSError, ValueError, TypeError):

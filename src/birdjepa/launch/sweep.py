@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import math
 import pathlib
 import shutil
 import sys
@@ -196,14 +197,35 @@ def resolve(path: str | pathlib.Path) -> list[birdjepa.config.Config]:
     return cfgs
 
 
-def check_slurm(s: SlurmConfig) -> None:
-    """The counts of --slurm.* in range (one SweepError naming the setting and its value)."""
+def check_launch(lc: LaunchConfig) -> None:
+    """The launcher's own settings, before any entry is resolved or submitted (one SweepError
+    naming the setting, the expected and the actual value): the counts of --slurm.* in range,
+    a time limit of at least a minute, sbatch options that are a JSON object."""
+    s = lc.slurm
     for name, least in (("nodes", 1), ("tasks_per_node", 1), ("gpus_per_node", 0),
                         ("cpus_per_task", 1), ("mem_gb", 1), ("signal_delay_s", 0),
                         ("max_num_timeout", 0), ("array_parallelism", 1)):
         v = getattr(s, name)
         if v is not None and v < least:
             raise SweepError(f"--slurm.{name}: expected an int >= {least}, got {v}")
+    if not (math.isfinite(lc.n_hours) and lc.n_hours * 60 >= 1):
+        raise SweepError(f"--n_hours: expected a finite number of hours >= 1/60 (one minute), "
+                         f"got {lc.n_hours}")
+    additional_parameters(s)
+
+
+def additional_parameters(s: SlurmConfig) -> dict:
+    """--slurm.additional_parameters as the dict submitit sends to sbatch."""
+    try:
+        extra = json.loads(s.additional_parameters)
+    except json.JSONDecodeError as e:
+        extra, why = None, f" (not JSON: {e})"
+    else:
+        why = ""
+    if not isinstance(extra, dict):
+        raise SweepError(f"--slurm.additional_parameters: expected a JSON object of sbatch "
+                         f"options, got {s.additional_parameters!r}{why}")
+    return extra
 
 
 def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
@@ -348,7 +370,7 @@ def make_executor(lc: LaunchConfig, *, job_name: str, n_workers: int):
             slurm_signal_delay_s=s.signal_delay_s,
             slurm_setup=list(s.setup),
             slurm_array_parallelism=s.array_parallelism,
-            slurm_additional_parameters=json.loads(s.additional_parameters),
+            slurm_additional_parameters=additional_parameters(s),
         )
         if s.gpus_per_node:
             params["slurm_gpus_per_node"] = s.gpus_per_node
@@ -373,7 +395,7 @@ def select(cfgs: list[birdjepa.config.Config],
 def launch(lc: LaunchConfig) -> list:
     """Submit the sweep's incomplete entries; with --max_parallel, wait for them group by group.
     Raises Interrupted (its one line) when a signal stopped the waiting launcher."""
-    check_slurm(lc.slurm)
+    check_launch(lc)
     entries = select(resolve(lc.sweep), lc.entries)
     cfgs = list(entries.values())
     todo = [c for c in cfgs if not is_complete(c)]

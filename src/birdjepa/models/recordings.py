@@ -21,6 +21,7 @@ import pyarrow.csv
 import pyarrow.parquet
 import tqdm
 
+import birdjepa._rs
 import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
@@ -301,6 +302,10 @@ def check_out(out: str | os.PathLike, suffixes: tuple[str, ...], option: str = "
         raise ValueError(f"{option}: expected a {' or '.join(suffixes)} file, got {str(out)!r}")
     if path.is_dir():
         raise ValueError(f"{option}: expected a file, got the directory {str(out)!r}")
+    kind = birdjepa._rs.file_kind(path.stat().st_mode) if path.exists() else None
+    if kind is not None:  # never opened: a FIFO would block, a device never end
+        raise ValueError(f"{option}: expected a new file or a regular file embed/predict "
+                         f"wrote, got {str(out)!r}, {kind}")
     if path.exists() and not overwrite and not is_output(path):
         raise ValueError(f"{option}: expected a new file or one embed/predict wrote, got "
                          f"{str(out)!r}, which holds something else; --overwrite replaces it")

@@ -165,6 +165,8 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
         state = init_from(cfg, state, mesh)
     owns = loaders is None or callable(loaders)
     train, evals = _open_loaders(cfg, loaders, train_state)
+    if owns:
+        check_against_labels(cfg, train, evals)
     if is_main:  # a start that failed before here left the run directory as it was
         birdjepa.runtime.rundir.clear_complete(run_dir)  # n_steps was extended: train on
         birdjepa.runtime.rundir.keep_run_id(run_dir, cfg.run_id)
@@ -184,6 +186,21 @@ def _model_changed(cfg, ckpt, e: Exception) -> str:
     diff = "; ".join(f"model.{k}: checkpoint has {saved[k]!r}, config has {now[k]!r}"
                      for k in sorted(set(saved) & set(now)) if saved[k] != now[k])
     return f"model: {e}; {diff or 'the model'} (--resume=force keeps its shape){RESTART_HINT}"
+
+
+def check_against_labels(cfg: birdjepa.config.Config, train, evals) -> None:
+    """What the config asks of the label column, once the loader has read it (closing both
+    loaders and raising ConfigError before the run writes anything): mixup mixes multi-hot
+    targets, so it needs a list<int> column."""
+    sup = cfg.objective.supervised
+    if cfg.objective.name == "supervised" and sup.mix and not getattr(train, "multilabel", True):
+        for loader in (train, evals):
+            if hasattr(loader, "close"):
+                loader.close()
+        raise birdjepa.config.ConfigError(
+            f"objective.supervised.mix: expected 0 with a single-label column (class ids), or a "
+            f"list<int> label column (multi-hot sigmoid targets), got {sup.mix} with column "
+            f"{cfg.data.label_column!r} of data.train_shards")
 
 
 def lr_cap(cfg: birdjepa.config.Config, saved_meta: dict, step: int, is_main: bool) -> float:
