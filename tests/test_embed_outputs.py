@@ -25,6 +25,7 @@ import birdjepa.models.embed_cli
 import birdjepa.models.inference as inference
 import birdjepa.models.recordings as recordings
 import birdjepa.sources
+from birdjepa.common.outputs import LEDGER
 
 SR = 32000
 
@@ -211,7 +212,9 @@ def test_raven_selection_tables_read_back(run_dir, corpus, tmp_path):  # noqa: F
         assert float(r["End Time (s)"]) - at <= d["duration_s"] + 1e-5  # within the recording
         assert abs(float(r["Padded (s)"]) - d["padded_s"]) < 1e-6
         assert abs(float(r["Confidence"]) - d["confidence"]) < 1e-6
-    tables = sorted((tmp_path / "tables").iterdir())
+    tables = sorted((tmp_path / "tables").glob("*.selections.txt"))
+    assert {p.name for p in (tmp_path / "tables").iterdir()} - {p.name for p in tables} == {
+        LEDGER}  # and the ledger that says they are predict's
     files = sorted(str(p) for p in (corpus / "files").rglob("rec*"))
     assert [p.name for p in tables] == sorted(
         f"{os.path.basename(f).rsplit('.', 1)[0]}.selections.txt" for f in files)

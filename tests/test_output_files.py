@@ -10,6 +10,7 @@ import pyarrow.parquet
 import pytest
 
 import birdjepa.models.recordings as recordings
+from birdjepa.common.outputs import LEDGER
 
 WAV = (b"RIFF" + (36 + 3200).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little")
        + (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + (16000).to_bytes(4, "little")
@@ -32,7 +33,8 @@ def test_upper_case_suffix_is_written_as_checked(tmp_path, name):
         assert pyarrow.csv.read_csv(out).column("file").to_pylist() == ["a.wav", "b.wav"]
     else:
         np.testing.assert_array_equal(np.load(out)["embedding"], [[0, 1, 2], [3, 4, 5]])
-    assert [p.name for p in tmp_path.iterdir()] == [name]  # no temporary file left
+    # no temporary file left; the ledger that says the file is ours
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, LEDGER])
 
 
 def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
@@ -49,7 +51,7 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         recordings.write(COLS, out)
     assert out.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["emb.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LEDGER, "emb.parquet"]
 
 
 def test_ctrl_c_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
@@ -78,8 +80,9 @@ def test_a_users_file_is_never_replaced_unasked(tmp_path, capsys, suffix):
     import birdjepa.models.embed_cli as embed_cli
 
     main = detect.main if suffix == ".csv" else embed_cli.main  # predict writes CSV tables
-    theirs = tmp_path / f"mine{suffix}"
-    recordings.write({"species": pa.array(["a", "b"]), "start_s": pa.array([1.0, 2.0])}, theirs)
+    theirs = tmp_path / f"mine{suffix}"  # written by the user's own code, not recorded
+    recordings._write_as(suffix, {"species": pa.array(["a", "b"]),
+                                  "start_s": pa.array([1.0, 2.0])}, theirs)
     before = theirs.read_bytes()
     assert main(["MODEL", "SRC", "--out", str(theirs)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -110,3 +113,56 @@ def test_a_users_raven_table_is_never_replaced_unasked(tmp_path, capsys):
     rc = detect.main(["MODEL", str(audio), "--format", "raven", "--out_dir", str(out),
                       "--overwrite"])
     assert rc == 2 and "MODEL: expected a run directory" in capsys.readouterr().err
+
+
+def test_an_output_changed_since_it_was_written_is_not_replaced(tmp_path):
+    """Issue 47 item 6a: a predict table the user reviewed (a `verified` column added, a species
+    corrected) still looked like predict's own by its columns and was replaced on the next run.
+    Ours is what the command wrote, unchanged since (a ledger beside it: name, size, sha256);
+    a copy under another name, or an edited one, is not."""
+    ours = tmp_path / "det.csv"
+    recordings.write(OURS, ours)
+    assert recordings.is_output(ours)
+    (tmp_path / "copy.csv").write_bytes(ours.read_bytes())
+    assert not recordings.is_output(tmp_path / "copy.csv")
+    lines = ours.read_text().splitlines()
+    ours.write_text("\n".join([lines[0] + ",verified"] + [x + ",yes" for x in lines[1:]]) + "\n")
+    assert not recordings.is_output(ours)
+    recordings.write(OURS, ours)
+    assert recordings.is_output(ours)
+    ours.write_text(ours.read_text().replace("a.wav", "A.wav"))  # one cell corrected
+    assert not recordings.is_output(ours)
+
+
+def test_a_users_file_list_beside_a_combined_raven_table_is_never_replaced(tmp_path, capsys):
+    """Item 2: `--format raven --out DET.txt` wrote DET.list.txt beside it unchecked."""
+    import birdjepa.models.detect as detect
+
+    audio = tmp_path / "dawn.wav"
+    audio.write_bytes(WAV)
+    mine = tmp_path / "DET.list.txt"
+    mine.write_text("my own list\n")
+    rc = detect.main(["MODEL", str(audio), "--format", "raven", "--out", str(tmp_path / "DET.txt")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"'{mine}', which holds something else; --overwrite" in err, err
+    assert mine.read_text() == "my own list\n"
+
+
+def test_per_recording_tables_are_named_as_checked_when_a_recording_fails(tmp_path):
+    """Item 3: names were checked from every SOURCE recording (two x.wav: `a_x`, `b_x`) but
+    written from those that decoded: with one failing, the other became x.selections.txt, never
+    checked, replacing a user's file of that name."""
+    import birdjepa.models.raven as raven
+
+    out = tmp_path / "tables"
+    out.mkdir()
+    (out / "x.selections.txt").write_text("a user's table\n")
+    files = [str(tmp_path / "a" / "x.wav"), str(tmp_path / "b" / "x.wav")]
+    det = {"file": pa.array([files[1]]), "start_s": pa.array([0.0]), "end_s": pa.array([5.0]),
+           "class": pa.array(["amerob"]), "confidence": pa.array([0.9]),
+           "class_index": pa.array([0]), "padded_s": pa.array([0.0])}
+    names = raven.names(sorted(files))
+    written = raven.write_per_recording(det, out, [files[1]], 32000, names)
+    assert [p.name for p in written] == [f"{names[files[1]]}.selections.txt"]
+    assert written[0].name != "x.selections.txt"
+    assert (out / "x.selections.txt").read_text() == "a user's table\n"

@@ -2,9 +2,15 @@
 it. A write that fails (a full disk, a quota, Ctrl-C) removes its temporary file and leaves an
 existing file as it was; a reader never sees half a file. No birdjepa imports: every layer
 that writes files uses it.
+
+And the one rule for knowing a file is ours to replace: a command that may replace its own
+outputs later `record`s each one in a ledger beside it (LEDGER: name, size, sha256), and a file
+is `ours` only while it is listed there unchanged. A file a user wrote, a copy, or one of ours
+that a user has since edited (a reviewed table) is not.
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import pathlib
@@ -47,3 +53,46 @@ def write_json(path: str | os.PathLike, obj, **dumps) -> None:
     """`json.dumps(obj, **dumps)` written by `write_text`; the text is made before the file is
     touched, so an unserialisable value leaves nothing behind."""
     write_text(path, json.dumps(obj, **dumps))
+
+
+LEDGER = ".birdjepa-outputs.json"
+"""Beside a command's outputs: {file name: {"size", "sha256"}} of each file it wrote there."""
+
+
+def _digest(path: pathlib.Path) -> dict:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _ledger(directory: pathlib.Path) -> dict:
+    try:
+        with open(directory / LEDGER) as f:
+            entries = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def record(*paths: str | os.PathLike) -> None:
+    """Add each file of `paths` (just written, regular files) to its directory's ledger, with
+    its size and sha256 as they are now."""
+    by_dir: dict[pathlib.Path, list[pathlib.Path]] = {}
+    for p in map(pathlib.Path, paths):
+        by_dir.setdefault(p.absolute().parent, []).append(p)
+    for directory, files in by_dir.items():
+        entries = _ledger(directory)
+        entries.update({p.name: _digest(p) for p in files})
+        write_json(directory / LEDGER, entries, indent=1, sort_keys=True)
+
+
+def ours(path: str | os.PathLike) -> bool:
+    """Whether `path` is a regular file its directory's ledger lists with its present size and
+    sha256: written by the command that recorded it and unchanged since."""
+    path = pathlib.Path(path)
+    want = _ledger(path.absolute().parent).get(path.name)
+    if not isinstance(want, dict) or not path.is_file():
+        return False
+    return path.stat().st_size == want.get("size") and _digest(path) == want

@@ -137,15 +137,18 @@ def run(args: argparse.Namespace) -> dict:
                          f"files), got the table {args.source[0]!r}")
     if args.format == "raven":
         raven.check_paths(src.files)
-    for name in raven.names(sorted(src.files)).values() if args.out_dir is not None else ():
+    table_names = raven.names(sorted(src.files)) if args.out_dir is not None else {}
+    for name in table_names.values():  # each table, before any compute
         recordings.check_out(pathlib.Path(args.out_dir) / f"{name}.selections.txt", (".txt",),
-                         "--out_dir", args.overwrite)  # each table, before any compute
+                             "--out_dir", args.overwrite)
+    if args.format == "raven" and args.out is not None:  # the file list beside the table
+        recordings.check_out(raven.list_path(args.out), (".txt",), "--out", args.overwrite)
     m = artifact.open_model(args.model)
     where, probs = probabilities(m, src, args)
     cols = rows(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
     if args.format == "raven" and args.out_dir is not None:
         raven.write_per_recording(cols, args.out_dir, sorted(set(where["file"].to_pylist())),
-                                  m.audio["sample_rate"])
+                                  m.audio["sample_rate"], table_names)
     elif args.format == "raven":
         durations = dict(zip(where["file"].to_pylist(), where["duration_s"].to_pylist(),
                              strict=True))

@@ -92,6 +92,7 @@ def write_combined(det: dict[str, pa.Array], path: str | os.PathLike, sample_rat
     outputs.write_text(path, "\n".join(_lines(det, idx, sample_rate, offsets)) + "\n")
     listed = list_path(path)
     outputs.write_text(listed, "".join(os.path.abspath(f) + "\n" for f in offsets))
+    outputs.record(path, listed)
     return path, listed
 
 
@@ -125,8 +126,11 @@ def names(files: list[str]) -> dict[str, str]:
 
 
 def write_per_recording(det: dict[str, pa.Array], out_dir: str | os.PathLike,
-                        recordings: list[str], sample_rate: int) -> list[pathlib.Path]:
-    """One `<recording>.selections.txt` per recording in `recordings` (all that were read)."""
+                        recordings: list[str], sample_rate: int,
+                        table_names: dict[str, str]) -> list[pathlib.Path]:
+    """One `<name>.selections.txt` per recording in `recordings` (all that were read), named by
+    `table_names` (`names` of every SOURCE recording, as checked before any compute: the names
+    of those read never depend on which others failed)."""
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files, start = det["file"].to_pylist(), det["start_s"].to_pylist()
@@ -134,9 +138,10 @@ def write_per_recording(det: dict[str, pa.Array], out_dir: str | os.PathLike,
     for i, f in enumerate(files):
         groups.setdefault(f, []).append(i)
     written = []
-    for f, name in names(list(dict.fromkeys(recordings))).items():
+    for f in dict.fromkeys(recordings):
         idx = sorted(groups.get(f, []), key=lambda i: start[i])
-        path = out_dir / f"{name}.selections.txt"
+        path = out_dir / f"{table_names[f]}.selections.txt"
         outputs.write_text(path, "\n".join(_lines(det, idx, sample_rate, None)) + "\n")
+        outputs.record(path)
         written.append(path)
     return written

@@ -255,6 +255,7 @@ def write(cols: dict[str, pa.Array], path: str | os.PathLike) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with outputs.replacing(path) as tmp:
         _write_as(suffix, cols, tmp)
+    outputs.record(path)
     return path
 
 
@@ -295,8 +296,9 @@ def _dense(c: pa.Array) -> np.ndarray:
 def check_out(out: str | os.PathLike, suffixes: tuple[str, ...], option: str = "--out",
               overwrite: bool = False) -> None:
     """Before any compute: `out`'s suffix is one of `suffixes`, it is not a directory, an
-    existing file there is one of embed's or predict's outputs (or `overwrite`), and its
-    nearest existing ancestor is a writable directory (not a file)."""
+    existing file there is one of embed's or predict's outputs, unchanged since they wrote it
+    (`is_output`; or `overwrite`), and its nearest existing ancestor is a writable directory
+    (not a file)."""
     path = pathlib.Path(out)
     if path.suffix.lower() not in suffixes:
         raise ValueError(f"{option}: expected a {' or '.join(suffixes)} file, got {str(out)!r}")
@@ -339,25 +341,10 @@ as one of their outputs, which a new run may replace."""
 
 
 def is_output(path: pathlib.Path) -> bool:
-    """Whether `path` is a table embed or predict wrote (its columns, by suffix) or one of
-    predict's Raven tables (their Class Index and Padded (s) columns)."""
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".parquet":
-            names = pyarrow.parquet.read_schema(path).names
-        elif suffix == ".npz":
-            with zipfile.ZipFile(path) as z:
-                names = [n.removesuffix(".npy") for n in z.namelist()]
-        else:
-            with open(path, encoding="utf-8") as f:
-                head = f.readline().rstrip("\n")
-            names = ([c.strip('"') for c in head.split(",")] if suffix == ".csv"
-                     else head.split("\t"))
-            if suffix == ".txt":
-                return {"Class Index", "Padded (s)"} <= set(names)
-    except (OSError, ValueError, zipfile.BadZipFile, pyarrow.ArrowException):
-        return False
-    return OUTPUT_COLUMNS <= set(names)
+    """Whether `path` is a file embed or predict wrote there and nobody changed since (the
+    ledger beside it, `birdjepa.common.outputs.ours`): a table that merely has their columns, a
+    copy of one, or one a user reviewed (a column added, a species corrected) is not."""
+    return outputs.ours(path)
 
 
 def _one_line(message, category, filename, lineno, file=None, line=None) -> None:
