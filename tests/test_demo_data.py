@@ -14,6 +14,7 @@ import soundfile as sf
 
 import birdjepa.demo_data as demo_data
 import birdjepa.demo_data.cli
+from birdjepa.common.outputs import LEDGER
 
 N_RECORDINGS = 36
 N_SHARDS = 3
@@ -34,8 +35,8 @@ def test_files_and_summary(corpus):
     out, summary, rows = corpus
     names = [f"data-{i:05d}-of-{N_SHARDS:05d}.arrow" for i in range(N_SHARDS)]
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [*names, "dataset_info.json", "state.json"]
-    )
+        [*names, "dataset_info.json", "state.json", LEDGER]  # the ledger: what --overwrite may
+    )                                                       # replace (issue 47 item 1)
     assert [pathlib.Path(p).name for p in summary["shards"]] == names
     assert summary["n_recordings"] == len(rows) == N_RECORDINGS
     assert summary["rows_per_shard"] == [12, 12, 12]
@@ -255,17 +256,50 @@ def test_refuses_to_overwrite_unless_asked(tmp_path):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     small = {"n_recordings": 2, "n_shards": 1, "min_s": 1.0, "max_s": 1.5, "workers": 1}
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileExistsError, match=r"exists and is not empty; --overwrite "
+                       r"\(overwrite=True\) replaces an earlier demo corpus there"):
         demo_data.write(out, **small)
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
-    demo_data.write(out, overwrite=True, **small)
-    assert not (out / "keep.txt").exists() and (out / "state.json").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
     with pytest.raises(ValueError):
         demo_data.write(tmp_path / "bad", n_recordings=2, n_shards=3)
     with pytest.raises(ValueError):
         demo_data.write(tmp_path / "bad", min_s=10.0, max_s=5.0)
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("kind", ["hf", "soundscape", "birdset"])
+def test_overwrite_replaces_only_an_earlier_demo_corpus(tmp_path, kind):
+    """Issue 47 item 1: `--overwrite` deleted whatever `--out_dir` held (a user's own files:
+    renamed aside and removed; with `--layout birdset` removed before anything was written).
+    It replaces an earlier demo corpus, recognised by the ledger its writer leaves (every file
+    listed, unchanged), and refuses a directory holding anything else, naming it."""
+    import birdjepa.demo_data.birdset as birdset
+    import birdjepa.demo_data.soundscape as soundscape
+
+    out = tmp_path / "c"
+    write = {
+        "hf": lambda **kw: demo_data.write(out, n_recordings=2, n_shards=1, min_s=1.0,
+                                           max_s=1.5, workers=1, **kw),
+        "soundscape": lambda **kw: soundscape.write(out, n_soundscapes=1, n_segments=2, **kw),
+        "birdset": lambda **kw: birdset.write(out, n_recordings=2, n_soundscapes=1,
+                                              n_segments=2, min_s=1.0, max_s=1.5, **kw),
+    }[kind]
+    write()
+    first = sorted(p.relative_to(out) for p in out.rglob("*"))
+    write(overwrite=True)  # its own corpus: replaced
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == first
+    some_dir = next(p for p in out.rglob("*") if p.is_dir()) if kind == "birdset" else out
+    (some_dir / "notes.txt").write_text("a user's notes")
+    with pytest.raises(FileExistsError, match=r"holds files the demo writer did not write "
+                       r"\(e.g. .*notes.txt\); --overwrite replaces only an earlier demo corpus"):
+        write(overwrite=True)
+    assert (some_dir / "notes.txt").read_text() == "a user's notes"
+    assert sorted(p.relative_to(out) for p in out.rglob("*") if p.name != "notes.txt") == first
+    if kind == "hf":  # a corpus written before the ledger (`make demo` in an older checkout)
+        (out / "notes.txt").unlink()
+        (out / LEDGER).unlink()
+        write(overwrite=True)
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == first
 
 
 def test_cli(tmp_path, capsys):

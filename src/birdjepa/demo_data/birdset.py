@@ -29,6 +29,7 @@ import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.demo_data.codecs as codecs
 import birdjepa.demo_data.soundscape as soundscape
 import birdjepa.demo_data.synth as synth
+import birdjepa.demo_data.writer as writer
 
 CONFIG = "DEMO"
 """The dataset config name (BirdSet's are HSN, NBP, XCM, XCL, ...)."""
@@ -165,9 +166,8 @@ def write(out_dir: str | os.PathLike, *, n_recordings: int = 96, n_soundscapes: 
     """Write the BirdSet-shaped demo cache under `out_dir`; return {"dataset_dir", "train",
     "test_5s", "n_train", "n_test", "seconds"} (`dataset_dir:train` is what a loader takes)."""
     out = pathlib.Path(out_dir).absolute()
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True)")
+    writer.check_out_dir(out, overwrite)
+    if out.exists() and any(out.iterdir()):  # an earlier demo cache, every file of it ours
         shutil.rmtree(out)
     t0 = time.perf_counter()
     names = [s.code for s in catalogue.SPECIES]
@@ -183,6 +183,7 @@ def write(out_dir: str | os.PathLike, *, n_recordings: int = 96, n_soundscapes: 
         info["splits"][split] = {"name": split, "num_examples": len(rows),
                                  "dataset_name": "birdset"}
     (ds_dir / "dataset_info.json").write_text(json.dumps(info, indent=2))
+    writer.record_all(out)
     return {"dataset_dir": str(ds_dir), "train": f"{ds_dir}:train",
             "test_5s": f"{ds_dir}:test_5s", "n_train": len(splits["train"]),
             "n_test": len(splits["test_5s"]), "seconds": time.perf_counter() - t0}

@@ -166,8 +166,7 @@ def write(out_dir: str | os.PathLike, *, n_soundscapes: int = 24, n_segments: in
         raise ValueError(f"need n_soundscapes >= 1, n_segments >= 1 and 1 <= n_shards <= "
                          f"n_soundscapes, got {n_soundscapes}, {n_segments}, {n_shards}")
     out = pathlib.Path(out_dir)
-    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True)")
+    writer.check_out_dir(out, overwrite)
     t0 = time.perf_counter()
     plans = plan_soundscapes(n_soundscapes, seed, n_segments=n_segments, segment_s=segment_s,
                              max_species=max_species)
@@ -197,6 +196,7 @@ def write(out_dir: str | os.PathLike, *, n_soundscapes: int = 24, n_segments: in
                             n_shards, seed, features],
             description=f"birdjepa synthetic soundscapes: {n_rows} segments of {segment_s:g} s "
                         f"from {n_soundscapes} soundscapes, seed {seed}")
+        writer.record_all(tmp)
         writer._swap_in(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

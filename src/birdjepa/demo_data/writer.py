@@ -7,12 +7,14 @@ import json
 import multiprocessing
 import os
 import pathlib
+import re
 import shutil
 import time
 import zlib
 
 import pyarrow as pa
 
+import birdjepa.common.outputs as outputs
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.demo_data.codecs as codecs
 import birdjepa.demo_data.synth as synth
@@ -146,8 +148,7 @@ def write(
     if noise is not None and noise < 0:
         raise ValueError(f"noise: expected a number of recordings >= 0, got {noise}")
     out = pathlib.Path(out_dir)
-    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True)")
+    check_out_dir(out, overwrite)
     if workers is None:
         workers = min(2, os.cpu_count() or 1)
 
@@ -176,6 +177,7 @@ def write(
         _write_metadata(tmp, names, features, fingerprint_of=meta,
                         description=f"birdjepa synthetic bird-song demo corpus: {n_recordings} "
                                     f"recordings of {len(catalogue.SPECIES)} species, seed {seed}")
+        record_all(tmp)
         _swap_in(tmp, out)
     finally:
         rows.close()
@@ -240,6 +242,52 @@ def _write_metadata(tmp: pathlib.Path, names, features: dict, *, fingerprint_of,
             "license": ""}
     (tmp / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
     (tmp / "dataset_info.json").write_text(json.dumps(info, indent=2))
+
+
+def check_out_dir(out: pathlib.Path, overwrite: bool) -> None:
+    """Before anything is written: `out` is absent or empty, or with `overwrite` holds only an
+    earlier demo corpus (every file listed, unchanged, in the ledger its writer left beside it:
+    birdjepa.common.outputs); anything else there is a user's and is never replaced."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise FileExistsError(f"{out}: expected a directory to write the demo corpus into (or "
+                              "none), got a file")
+    if not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty; --overwrite (overwrite=True) "
+                              "replaces an earlier demo corpus there")
+    foreign = [p for p in sorted(out.rglob("*"))
+               if not p.is_dir() and p.name != outputs.LEDGER and not outputs.ours(p)]
+    if foreign and _before_the_ledger(out):
+        return
+    if foreign:
+        raise FileExistsError(f"{out} holds files the demo writer did not write (e.g. "
+                              f"{foreign[0]}); --overwrite replaces only an earlier demo corpus: "
+                              "choose another --out_dir")
+
+
+def _before_the_ledger(out: pathlib.Path) -> bool:
+    """A corpus this writer (or the soundscape writer) wrote before it kept a ledger: exactly
+    its file names (shards, state.json, dataset_info.json) and the description only it
+    writes, so that `make demo` in an older checkout still replaces its own corpus."""
+    names = {p.name for p in out.iterdir()}
+    shards = {n for n in names if re.fullmatch(r"data-\d{5}-of-\d{5}\.arrow", n)}
+    if not shards or names - shards != {"state.json", "dataset_info.json"}:
+        return False
+    try:
+        info = json.loads((out / "dataset_info.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and str(info.get("description", "")).startswith(
+        ("birdjepa synthetic bird-song demo corpus", "birdjepa synthetic soundscapes"))
+
+
+def record_all(root: pathlib.Path) -> None:
+    """Every file under `root` in its directory's ledger: what `check_out_dir` recognises."""
+    outputs.record(*[p for p in sorted(root.rglob("*"))
+                     if p.is_file() and p.name != outputs.LEDGER])
 
 
 def _swap_in(tmp: pathlib.Path, out: pathlib.Path) -> None:
