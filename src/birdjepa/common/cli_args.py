@@ -35,6 +35,43 @@ def fail(message: object) -> int:
     return EXIT_USAGE
 
 
+class _Survives:
+    """A text stream that swallows the error of a closed reader (a pipe whose `tee` Ctrl-C
+    killed, a closed terminal): from the first such write on, the text goes nowhere and the
+    program goes on (to save its checkpoint)."""
+
+    def __init__(self, stream):
+        self._stream, self.closed_reader = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.closed_reader:
+            try:
+                return self._stream.write(text)
+            except (BrokenPipeError, ConnectionResetError, ValueError):
+                self.closed_reader = True  # ValueError: a stream closed in this process
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_reader:
+            try:
+                self._stream.flush()
+            except (BrokenPipeError, ConnectionResetError, ValueError):
+                self.closed_reader = True
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def survive_closed_output() -> None:
+    """From now on, a write to stdout or stderr whose reader is gone (`... | tee log` with tee
+    killed by the same Ctrl-C) is dropped instead of raising: a long command's prints never
+    stop what it is doing (a training run saving the checkpoint Ctrl-C promises)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _Survives):
+            setattr(sys, name, _Survives(stream))
+
+
 def flags(argv: list[str]) -> list[str]:
     """`argv` with dashes in option names read as underscores (`--n-steps=3` -> `--n_steps=3`,
     `--no-dry-run` -> `--no_dry_run`); values are left alone."""

@@ -44,6 +44,7 @@ FAILURES = (birdjepa.train.loop.EvaluationError, birdjepa.train.run.UnsoundRunEr
 
 
 def main(argv: list[str], *, prog: str = "python -m birdjepa.train") -> int:
+    birdjepa.common.cli_args.survive_closed_output()  # `| tee log` and Ctrl-C: still saves
     try:
         cfg = birdjepa.config.cli(argv, prog=prog)
         stop = birdjepa.runtime.preemption.Preemption()
