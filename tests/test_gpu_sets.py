@@ -75,6 +75,27 @@ def test_a_loopback_coordinator_is_refused_on_the_other_hosts():
         slurm_env.check_coordinator("no-such-host.invalid", 2, coordinator_node=False)
 
 
+@pytest.mark.parametrize(("rank", "node"), [(0, 0), (1, 1), (2, 0)])
+def test_the_coordinators_host_is_slurm_node_0_whatever_the_distribution(rank, node):
+    """Issue 47 item 14: with `--distribution=cyclic` (or uneven tasks per node) "on the
+    coordinator's host" was decided by `rank < local_world_size`: rank 2 on node 0 was refused
+    the loopback its host allows, and rank 1 on node 1 skipped the check. The host is Slurm's
+    node number (the coordinator is the first host of SLURM_JOB_NODELIST: node 0), the node
+    count SLURM_JOB_NUM_NODES."""
+    environ = {"SLURM_NODEID": str(node), "SLURM_JOB_NUM_NODES": "2", "SLURM_PROCID": str(rank),
+               "SLURM_LOCALID": str(rank // 2), "SLURM_NTASKS": "3"}
+    assert slurm_env.on_coordinator_host(environ) == (node == 0)
+    assert slurm_env.n_nodes(environ, default=99) == 2
+    assert slurm_env.n_nodes({}, default=3) == 3  # not under Slurm: the caller's count
+    if node == 0:
+        slurm_env.check_coordinator("localhost", 2,
+                                    coordinator_node=slurm_env.on_coordinator_host(environ))
+    else:
+        with pytest.raises(slurm_env.SlurmEnvError, match="got loopback"):
+            slurm_env.check_coordinator(
+                "localhost", 2, coordinator_node=slurm_env.on_coordinator_host(environ))
+
+
 def test_launch_dry_run_prints_each_ranks_node_and_gpus():
     """`launch --dry_run --slurm.nodes 2 --slurm.tasks_per_node 2 --slurm.gpus_per_node 4`:
     four ranks, two per node, each driving its half of the node's GPUs."""

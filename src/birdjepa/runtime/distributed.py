@@ -56,8 +56,9 @@ def initialize(cfg: DistributedConfig) -> Topology:
     if env is None or env.world_size == 1:
         return Topology(process_index=0, process_count=1, coordinator=None)
     coordinator = f"{env.master_addr}:{env.master_port}"
-    slurm_env.check_coordinator(env.master_addr, env.world_size // max(env.local_world_size, 1),
-                                coordinator_node=env.rank < env.local_world_size)
+    hosts = slurm_env.n_nodes(os.environ, default=env.world_size // max(env.local_world_size, 1))
+    slurm_env.check_coordinator(env.master_addr, hosts,
+                                coordinator_node=slurm_env.on_coordinator_host(os.environ))
     if not jax.distributed.is_initialized():
         logger.info("jax.distributed: rank %d of %d via %s", env.rank, env.world_size, coordinator)
         # JAX's preemption service installs a SIGTERM handler of its own over ours: the rank

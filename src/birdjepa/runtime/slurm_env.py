@@ -63,6 +63,19 @@ def local_device_ids(environ: Mapping[str, str]) -> list[int] | None:
     return list(range(local * k, (local + 1) * k))
 
 
+def on_coordinator_host(environ: Mapping[str, str]) -> bool:
+    """Whether this task runs on the coordinator's host: the first host of
+    SLURM_JOB_NODELIST, Slurm's node 0 (SLURM_NODEID), whatever the task distribution (a
+    rank's number says nothing of its host under --distribution=cyclic)."""
+    return int(environ.get("SLURM_NODEID", "0")) == 0
+
+
+def n_nodes(environ: Mapping[str, str], *, default: int) -> int:
+    """The job's hosts (SLURM_JOB_NUM_NODES, else SLURM_NNODES), or `default` outside Slurm."""
+    value = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")
+    return int(value) if value else default
+
+
 def check_coordinator(address: str, n_nodes: int, *, coordinator_node: bool) -> None:
     """Refuse, on a host other than the coordinator's (`coordinator_node` False) of a job that
     spans `n_nodes` > 1 hosts, a coordinator name that resolves to a loopback address there: this
