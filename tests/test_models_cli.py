@@ -6,6 +6,7 @@ Python API), `python -m birdjepa.predict` output, the `--help` of every CLI, and
 import dataclasses
 import json
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -448,3 +449,27 @@ def test_with_head_errors_are_the_same_as_without(tmp_path):
                 birdjepa.models.load_encoder(spec, **kw)
             errors.append((type(e.value), str(e.value)))
         assert len(set(errors)) == 1 and "--cfg" not in errors[0][1], errors
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("head", "activation", "relu"), "head.activation: expected one of softmax, sigmoid, got 'relu'"),
+    (("audio", "window_s", 0.001), "audio.window_s: expected seconds >= 0.025 (one 25 ms frame), "
+     "got 0.001"),
+    (("audio", "std", 0), "audio.std: expected a finite value > 0, got 0"),
+    (("audio", "sample_rate", 0), "audio.sample_rate: expected >= 1, got 0"),
+    (("audio", "window", "middle"), "audio.window: expected one of start, centre, got 'middle'"),
+    (("head", "classes", ["a"]), "head.classes: expected 4 class names (the head's outputs), "
+     "got 1"),
+])
+def test_an_exports_config_json_is_checked_naming_the_key(run_dir, tmp_path, edit, message):
+    """Issue 47 item 20: an export's config.json was read without checks: `head.activation:
+    "relu"` predicted as sigmoid, `audio.window_s: 0.001` made 10,023 one-millisecond windows,
+    `audio.std: 0` was a ZeroDivisionError traceback. Checked as a run's config is."""
+    out = tmp_path / "out"
+    assert birdjepa.export.main([str(run_dir), "--out_dir", str(out)]) == 0
+    meta = json.loads((out / "config.json").read_text())
+    section, key, value = edit
+    meta[section][key] = value
+    (out / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=re.escape(f"{out / 'config.json'}: {message}")):
+        birdjepa.models.artifact.open_model(str(out))

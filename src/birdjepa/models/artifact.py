@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa.common.cli_args as cli_args
+import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.config
 import birdjepa.config.architecture
@@ -80,7 +81,42 @@ def input_settings(audio: dict, what: str) -> dict:
     missing = [k for k in INPUT_KEYS if k not in a]
     if missing:
         raise ValueError(f"{what}: expected input settings {list(INPUT_KEYS)}, missing {missing}")
+    if a["window"] not in WINDOWS:
+        raise ValueError(f"{what}: audio.window: expected one of {', '.join(WINDOWS)}, got "
+                         f"{a['window']!r}")
+    try:  # the loader's own rules, as a run's data settings are checked (their one home)
+        birdjepa.data.config.LoaderConfig(
+            sample_rate=a["sample_rate"], n_mels=a["n_mels"], n_frames=a["n_frames"],
+            clip_s=a["window_s"], mean=a["mean"], std=a["std"], pad=a["pad"],
+            resampler=a["resampler"]).check()
+    except (errors.BadArgumentError, TypeError) as e:
+        msg = str(e).removeprefix("bad argument ")
+        name = {"clip_s": "window_s"}.get(msg.split(":", 1)[0], msg.split(":", 1)[0])
+        raise ValueError(f"{what}: audio.{name}:{msg.split(':', 1)[-1]}") from None
     return a
+
+
+WINDOWS = ("start", "centre")
+"""Where an export's recording clip is taken from (INPUT_KEYS `window`)."""
+HEADS = (None, "supervised", "probe")
+ACTIVATIONS = ("softmax", "sigmoid")
+
+
+def check_head(head: dict, width: int | None, what: str) -> None:
+    """An export's "head" entry: its kind, activation and class names (one per output of the
+    head's weights, `width`), each a one-line ValueError naming the key."""
+    if head.get("kind") not in HEADS:
+        raise ValueError(f"{what}: head.kind: expected one of supervised, probe or null, got "
+                         f"{head.get('kind')!r}")
+    if head.get("activation", "softmax") not in ACTIVATIONS:
+        raise ValueError(f"{what}: head.activation: expected one of {', '.join(ACTIVATIONS)}, "
+                         f"got {head.get('activation')!r}")
+    classes = head.get("classes")
+    if width is not None and not (isinstance(classes, list) and len(classes) == width
+                                  and all(isinstance(c, str) for c in classes)):
+        got = len(classes) if isinstance(classes, list) else repr(classes)
+        raise ValueError(f"{what}: head.classes: expected {width} class names (the head's "
+                         f"outputs), got {got}")
 
 
 @dataclasses.dataclass
@@ -280,13 +316,17 @@ def load_export(out_dir: str | os.PathLike) -> Model:
     safetensors.check_weights(arrays, str(out / "encoder.safetensors"))
     enc = bird_mae.fill(skel, arrays)
     head, kind, classes = None, meta["head"]["kind"], meta["head"]["classes"]
+    check_head(meta["head"], None, str(out / "config.json"))
     if kind and (out / "head.safetensors").is_file():
+        arrays = safetensors.load(out / "head.safetensors")[0]
+        safetensors.check_weights(arrays, str(out / "head.safetensors"))
+        bias = [a for name, a in arrays.items() if name == "b" or name.endswith(".b")]
+        check_head(meta["head"], bias[0].shape[-1] if len(bias) == 1 else None,
+                   str(out / "config.json"))
         n = len(classes)
         make = (lambda: birdjepa.model.Linear(mcfg.width, n, key=jax.random.key(0))) \
             if kind == "supervised" else \
             (lambda: birdjepa.objectives.probe.init(mcfg.width, n, key=jax.random.key(0)))
-        arrays = safetensors.load(out / "head.safetensors")[0]
-        safetensors.check_weights(arrays, str(out / "head.safetensors"))
         head = bird_mae.fill(eqx.filter_eval_shape(make), arrays)
     info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary", "forced")}
     return Model(enc, a, classes, head, kind, str(out), info,
