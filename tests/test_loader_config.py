@@ -288,3 +288,23 @@ def test_the_loader_api_applies_the_configs_bounds(tmp_path):
     with birdjepa.data._DebugLoader([path], batch_size=4, transform="debug", n_workers=1,
                                     **local) as loader:  # unset: derived, never padded
         assert next(loader)["local"].shape == (1, 4, 48, 128)
+
+
+@pytest.mark.parametrize(("settings", "name"), [(dict(n_frames=10**9), "n_frames"),
+                                                 (dict(n_views=10**6), "n_views"),
+                                                 (dict(prefetch=10**9, n_classes=0), "prefetch")])
+def test_batches_that_cannot_fit_in_memory_are_refused_naming_the_setting(tmp_path, settings,
+                                                                          name):
+    """Issue 47 item 16: such settings passed the validator and the first batch aborted the
+    process (a Rust allocation failure, SIGABRT): a subprocess, so an abort is seen as one."""
+    import subprocess
+    import sys
+
+    path = loader_shards.write(str(tmp_path / "s.arrow"), loader_shards.table(range(8)))
+    code = (f"import birdjepa.data\nbirdjepa.data.Loader([{path!r}], batch_size=4, "
+            f"n_workers=1, **{settings!r})")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and "Traceback" in r.stderr, (r.returncode, r.stderr[-2000:])
+    last = r.stderr.strip().splitlines()[-1]
+    assert f"BadArgumentError: bad argument {name}: expected at most " in last, last

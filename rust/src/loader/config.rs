@@ -373,31 +373,109 @@ impl LoaderConfig {
                 self.batch_size,
             ));
         }
-        self.check_n_classes(physical_memory())
+        self.check_memory(physical_memory())
     }
 
-    /// `n_classes` bounded by the memory it implies: the multi-hot targets of the batches alive
-    /// at once (`prefetch` queued, one assembled, one handed over, the caller's) must fit in half
-    /// of `ram` bytes. Without it a huge n_classes aborts the process in a failed allocation.
-    pub fn check_n_classes(&self, ram: u64) -> Result<()> {
-        let batches = self.prefetch as u128 + 3;
-        let per_class = 4 * self.local_batch() as u128 * batches;
+    /// Every setting that sizes the batches, bounded by the memory they imply: the batches
+    /// alive at once (`prefetch` queued, one assembled, one handed over, the caller's) must
+    /// fit in half of `ram` bytes. Without it a huge n_frames, n_views or n_classes aborts the
+    /// process in a failed allocation at the first batch. Over the bound, the error names the
+    /// setting furthest above its default in the largest part of a batch (features, local
+    /// crops, windows, targets) or prefetch, and the most it may be with the others as they are.
+    pub fn check_memory(&self, ram: u64) -> Result<()> {
+        let b = self.local_batch() as u128;
+        let alive = self.prefetch as u128 + 3;
         let half = ram as u128 / 2;
-        if self.n_classes as u128 * per_class <= half {
+        let el: u128 = if self.batch_dtype == "bfloat16" { 2 } else { 4 };
+        let wave_el: u128 = if self.wave_dtype == "int16" { 2 } else { 4 };
+        let device = self.device_features();
+        let (m, f) = (self.n_mels as u128, self.n_frames as u128);
+        let views = if device {
+            0
+        } else {
+            self.n_views as u128 * b * f * m * el
+        };
+        let local_rows = self.local_view_frames() as u128;
+        let local = if device {
+            0
+        } else {
+            self.n_local as u128 * b * local_rows * m * el
+        };
+        let wave = if device {
+            b * self.wave_samples() as u128 * wave_el
+        } else {
+            0
+        };
+        let targets = 4 * b * self.n_classes as u128;
+        let per_batch = views + local + wave + targets;
+        if per_batch * alive <= half {
             return Ok(());
         }
+        // (setting, its value, its default, the bytes per batch one unit of it costs, what)
+        let unit = |total: u128, n: u128| total / n.max(1);
+        let mut blame: Vec<(&'static str, f64, f64, u128, &str)> = vec![
+            (
+                "n_classes",
+                self.n_classes as f64,
+                1000.0,
+                4 * b,
+                "multi-hot targets",
+            ),
+            ("prefetch", self.prefetch as f64, 2.0, 0, "batches"),
+        ];
+        if device {
+            let per_s = b * self.sample_rate as u128 * wave_el;
+            blame.push(("view_window_s", self.window_s(), 6.0, per_s, "windows"));
+        } else {
+            blame.push(("n_frames", f as f64, 512.0, unit(views, f), "features"));
+            blame.push((
+                "n_views",
+                self.n_views as f64,
+                1.0,
+                unit(views, self.n_views as u128),
+                "features",
+            ));
+            blame.push((
+                "n_mels",
+                m as f64,
+                128.0,
+                unit(views + local, m),
+                "features",
+            ));
+            blame.push((
+                "n_local",
+                self.n_local as f64,
+                1.0,
+                unit(local, self.n_local as u128),
+                "local crops",
+            ));
+        }
+        let (name, value, _, per_unit, what) = blame
+            .into_iter()
+            .filter(|x| x.0 == "prefetch" || x.3 > 0)
+            .max_by(|x, y| (x.1 / x.2).total_cmp(&(y.1 / y.2)))
+            .expect("prefetch is always a candidate");
+        let most = if name == "prefetch" {
+            (half / per_batch.max(1)).saturating_sub(3) as f64
+        } else {
+            let others = per_batch - (per_unit as f64 * value) as u128;
+            ((half / alive).saturating_sub(others) / per_unit.max(1)) as f64
+        };
+        let most = if name == "view_window_s" {
+            format!("{most} s")
+        } else {
+            format!("{}", most as u128)
+        };
         let gib = |b: u128| b as f64 / (1u64 << 30) as f64;
         Err(Error::bad_argument(
-            "n_classes",
+            name,
             format!(
-                "at most {} (the multi-hot targets of {batches} batches of {} rows in flight take \
+                "at most {most} (the {what} of {alive} batches of {b} rows in flight take \
                  {:.3} GiB at this value; half this machine's memory is {:.3} GiB)",
-                half / per_class.max(1),
-                self.local_batch(),
-                gib(self.n_classes as u128 * per_class),
+                gib(per_batch * alive),
                 gib(half)
             ),
-            self.n_classes,
+            value,
         ))
     }
 
@@ -458,6 +536,84 @@ mod tests {
     use super::*;
 
     #[test]
+    /// Issue 47 item 16: n_frames 1e9 or n_views 1e6 passed the validator and the first batch
+    /// aborted the process (a failed allocation, SIGABRT): no message naming the setting; and
+    /// a huge prefetch was blamed on n_classes.
+    fn every_setting_that_sizes_the_batches_is_bounded_by_memory() {
+        let base = LoaderConfig {
+            batch_size: 8,
+            prefetch: 2,
+            ..Default::default()
+        };
+        let ram = 16u64 << 30;
+        assert!(base.check_memory(ram).is_ok());
+        for (c, name) in [
+            (
+                LoaderConfig {
+                    n_frames: 1_000_000_000,
+                    ..base.clone()
+                },
+                "n_frames",
+            ),
+            (
+                LoaderConfig {
+                    n_views: 1_000_000,
+                    ..base.clone()
+                },
+                "n_views",
+            ),
+            (
+                LoaderConfig {
+                    prefetch: 1_000_000,
+                    n_classes: 10,
+                    ..base.clone()
+                },
+                "prefetch",
+            ),
+            (
+                LoaderConfig {
+                    features: "device".into(),
+                    view_window_s: 3000.0,
+                    batch_size: 4096,
+                    ..base.clone()
+                },
+                "view_window_s",
+            ),
+        ] {
+            let e = c.check_memory(ram).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("bad argument {name}: expected at most ")),
+                "{name}: {e}"
+            );
+            assert!(e.contains("half this machine's memory is 8.000 GiB"), "{e}");
+        }
+        // At the bound it names, the setting fits.
+        let e = LoaderConfig {
+            n_frames: 1_000_000_000,
+            ..base.clone()
+        }
+        .check_memory(ram)
+        .unwrap_err()
+        .to_string();
+        let most: usize = e["bad argument n_frames: expected at most ".len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let at = LoaderConfig {
+            n_frames: most,
+            ..base.clone()
+        };
+        assert!(at.check_memory(ram).is_ok());
+        let over = LoaderConfig {
+            n_frames: most + 1,
+            ..base.clone()
+        };
+        assert!(over.check_memory(ram).is_err());
+    }
+
+    #[test]
     fn n_classes_is_bounded_by_the_memory_it_implies() {
         let c = LoaderConfig {
             batch_size: 8,
@@ -465,20 +621,26 @@ mod tests {
             n_classes: 1 << 40,
             ..Default::default()
         };
-        // 4 bytes x 8 rows x 5 batches = 160 bytes per class; 16 GiB of RAM: 8 GiB usable.
-        let e = c.check_n_classes(16 << 30).unwrap_err().to_string();
+        // 4 bytes x 8 rows x 5 batches = 160 bytes per class, beside 5 batches of 8 x 512 x
+        // 128 float32 features (10 MiB); 16 GiB of RAM: 8 GiB usable.
+        let e = c.check_memory(16 << 30).unwrap_err().to_string();
         assert!(
             e.starts_with(
-                "bad argument n_classes: expected at most 53687091 (the multi-hot \
-                           targets of 5 batches of 8 rows in flight take 163840.000 GiB"
+                "bad argument n_classes: expected at most 53621555 (the multi-hot \
+                           targets of 5 batches of 8 rows in flight take 163840.010 GiB"
             ) && e.ends_with("half this machine's memory is 8.000 GiB), got 1099511627776"),
             "{e}"
         );
         let ok = LoaderConfig {
-            n_classes: 53_687_091,
+            n_classes: 53_621_555,
             ..c.clone()
         };
-        assert!(ok.check_n_classes(16 << 30).is_ok());
+        assert!(ok.check_memory(16 << 30).is_ok());
+        let over = LoaderConfig {
+            n_classes: 53_621_556,
+            ..c.clone()
+        };
+        assert!(over.check_memory(16 << 30).is_err());
         assert!(c.validate(10).is_err() && physical_memory() > 0);
     }
 
