@@ -217,3 +217,62 @@ def test_bird_mae_base_spec_exports(tmp_path):
     (emb,) = sess.run(None, {"fbank": our_input(m, x_n, 5.0)})
     assert emb.shape == (1, 768)
     assert rel(emb, want) < 1e-4
+
+
+def _run_with_pad(root, pad: str):
+    """A tiny supervised run whose clip (1.28 s: 125 frames) is shorter than its input (128
+    frames) and whose data.pad is `pad`: every window of it is padded, a last one more."""
+    run = root / f"run-{pad}"
+    model = birdjepa.config.architecture.ModelConfig(width=32, depth=1, n_heads=2,
+                                                     n_registers=1, pos="rope")
+    data = birdjepa.config.DataConfig(n_frames=128, n_mels=64, clip_s=1.28, pad=pad)
+    cfg = tiny.finalize(tiny.tiny_config("supervised", n_steps=2, run_dir=str(run), model=model,
+                                         data=data))
+    run.mkdir()
+    (run / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(0))
+    tx = birdjepa.optim.make(cfg.optim, params)
+    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
+             "step": jnp.int32(2)}
+    with birdjepa.runtime.checkpoint.Checkpointer(run / "checkpoints", every=1, keep=1) as ck:
+        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
+    birdjepa.runtime.rundir.mark_complete(run, {"steps": 2})
+    return run
+
+
+def _follow_the_card(card: str, model_path, x_n: np.ndarray, start: int, win: int):
+    """The embedding of the window at sample `start` as the card says to compute it, word for
+    word: its step 2 decides whether a window past the recording's end is zero-padded or cut at
+    the end; then its Python block runs as printed (kaldi-native-fbank, numpy, onnxruntime)."""
+    step2 = next(line for line in card.splitlines() if line.startswith("2. Cut windows"))
+    window = x_n[start:start + win].astype(np.float32)
+    if "zero-padded" in step2:
+        window = np.pad(window, (0, win - len(window)))
+    else:
+        assert "is cut at the end of the recording" in step2, step2
+    code = card.split("```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace('"model.onnx"', repr(str(model_path)))
+    scope = {"window": window}
+    exec(code, scope)  # the card's own lines
+    return scope["out"][0]
+
+
+@pytest.mark.parametrize("pad", ["zero", "min", "repeat"])
+def test_the_cards_recipe_at_a_recordings_end_and_on_a_short_clip_equals_embed(tmp_path, pad):
+    """Issue 47 item 7: the card said "a window that runs past the end is zero-padded
+    (samples)", then repeat the frames; the code makes the fbank of the samples the recording
+    has, then repeats its frames (pad = "repeat"): a user following the card got 0.52 relative
+    L2 in the embedding of a last window with 0.47 s missing, 0.74 on a 1.43 s clip. Followed
+    literally, the card now gives embed's embedding to 1e-3, for every pad."""
+    run = _run_with_pad(tmp_path, pad)
+    out = tmp_path / "onnx"
+    assert artifact.main([str(run), "--out_dir", str(out), "--format", "onnx"]) == 0
+    card = (out / "README.md").read_text()
+    win = round(1.28 * SR)
+    for seconds, starts in ((2 * 1.28 - 0.47, (0, win)), (1.03, (0,))):  # a last, a short one
+        x_n = wave(seconds, seed=4)
+        got = birdjepa.embeddings(run, (x_n, SR), window_s=1.28)["emb_cls"]
+        assert len(got) == len(starts)
+        for i, s in enumerate(starts):
+            mine = _follow_the_card(card, out / "model.onnx", x_n, s, win)
+            assert rel(mine, got[i]) <= 1e-3, (pad, seconds, s, rel(mine, got[i]))

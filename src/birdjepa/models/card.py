@@ -69,9 +69,11 @@ def input_words(a: dict) -> str:
     pad = {"min": "the clip's minimum log-mel value, before normalising",
            "repeat": "the clip's own frames again from its first"}.get(a.get("pad"),
                                                                      "0.0 after normalising")
+    short = ("a shorter one (a last window, a short recording) not padded" if
+             a.get("pad") == "repeat" else f"zero-padded to {a['window_s']} s when shorter")
     return (f"mono audio resampled to {a['sample_rate']} Hz {resampler_words(a)}; {where} "
             f"{a['window_s']} s of a "
-            f"recording, zero-padded to {a['window_s']} s when shorter; a Kaldi log-mel fbank "
+            f"recording, {short}; a Kaldi log-mel fbank "
             f"with {a['n_mels']} mel bins ({fb}); cut or padded to {a['n_frames']} frames, the "
             f"padding being {pad}; normalised as (x - ({a['mean']})) / (2 * {a['std']}). "
             f"Input shape (batch, {a['n_frames']}, {a['n_mels']}).")
@@ -164,7 +166,7 @@ def onnx_lines(meta: dict) -> list[str]:
         f"1. Decode, average the channels to mono, resample to {a['sample_rate']} Hz "
         f"{resampler_words(a)}.",
         f"2. Cut windows of {a['window_s']} s ({round(a['window_s'] * a['sample_rate'])} "
-        "samples); a window that runs past the end of the recording is zero-padded (samples).",
+        f"samples); {_window_end(a)}",
         "3. Kaldi log-mel fbank of each window (kaldi-native-fbank or "
         "torchaudio.compliance.kaldi.fbank): frame length 25 ms, shift 10 ms, hanning window, "
         "pre-emphasis 0.97, remove DC offset, dither 0, snip edges, round the FFT size up to a "
@@ -179,7 +181,9 @@ def onnx_lines(meta: dict) -> list[str]:
         "\"hanning\", True",
         f"o.mel_opts.num_bins, o.mel_opts.low_freq, o.mel_opts.high_freq = {a['n_mels']}, 20, 0",
         "o.use_energy, o.use_log_fbank, o.use_power = False, True, True",
-        "# window: float32 mono samples at full scale 1.0, zero-padded to the window length",
+        "# window: float32 mono samples at full scale 1.0, " + (
+            "only those the recording has (a last or short window is not padded)"
+            if a.get("pad") == "repeat" else "zero-padded to the window length"),
         "fb = knf.OnlineFbank(o); fb.accept_waveform("
         f"{a['sample_rate']}, window.tolist()); fb.input_finished()",
         "x = np.stack([fb.get_frame(i) for i in range(fb.num_frames_ready)])",
@@ -189,6 +193,17 @@ def onnx_lines(meta: dict) -> list[str]:
         "```",
         "",
     ]
+
+
+def _window_end(a: dict) -> str:
+    """Step 2's last words: what a window past the recording's end holds. With pad "repeat"
+    the clip is its own frames only (the loader's `clip_frames`: the fbank of the zero-padded
+    samples is digital silence, which repeat replaces by the clip again)."""
+    if a.get("pad") == "repeat":
+        return ("a window that runs past the end of the recording is cut at the end of the "
+                "recording (its own samples only, not padded: its frames are repeated instead, "
+                "step 5).")
+    return "a window that runs past the end of the recording is zero-padded (samples)."
 
 
 def _frames(a: dict) -> int:
