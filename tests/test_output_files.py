@@ -166,3 +166,23 @@ def test_per_recording_tables_are_named_as_checked_when_a_recording_fails(tmp_pa
     assert [p.name for p in written] == [f"{names[files[1]]}.selections.txt"]
     assert written[0].name != "x.selections.txt"
     assert (out / "x.selections.txt").read_text() == "a user's table\n"
+
+
+def test_one_recording_named_two_ways_is_read_once(tmp_path):
+    """Issue 47 item 20b: `predict --format raven --out_dir D recs ./recs/a.wav` (one file
+    named two ways) was an AssertionError in raven.names, and embed and a combined predict
+    processed the file twice. SOURCE names each file once (the first spelling, by its real
+    path), with a warning that says so."""
+    recs = tmp_path / "recs"
+    recs.mkdir()
+    (recs / "a.wav").write_bytes(WAV)
+    (recs / "b.wav").write_bytes(WAV)
+    (tmp_path / "link.wav").symlink_to(recs / "b.wav")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        src = recordings.resolve([str(recs), str(recs / "." / "a.wav"), str(tmp_path / "link.wav")])
+    assert src.files == [str(recs / "a.wav"), str(recs / "b.wav")]
+    said = [str(x.message) for x in w]
+    assert any("named 2 recordings again" in m for m in said), said

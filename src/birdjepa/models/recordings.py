@@ -98,13 +98,30 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
                       f" that are not regular files (first: {skipped[0]!r})", RuntimeWarning,
                       stacklevel=2)
     if files:
-        return Source(files=files, skipped=skipped)
+        return Source(files=_once(files), skipped=skipped)
     src = shards[0] if len(shards) == 1 else shards
     cols = [c for c in table.column_names(src) if c != audio_column]
     if audio_column not in table.column_names(src):
         raise KeyError(f"SOURCE {shards[0]!r}: expected audio column {audio_column!r}, got "
                        f"{table.column_names(src)}")
     return Source(shards=src, columns=cols)
+
+
+def _once(files: list[str]) -> list[str]:
+    """Each recording once, under the first name SOURCE gave it: a directory and a file in it,
+    `./x` and `x`, a link and its target are one recording (by its real path), read and
+    written once (named again: one warning with the count)."""
+    seen: dict[str, str] = {}
+    for f in files:
+        seen.setdefault(os.path.realpath(f), f)
+    if len(seen) < len(files):
+        again = len(files) - len(seen)
+        first = next(f for i, f in enumerate(files) if os.path.realpath(f) in
+                     {os.path.realpath(g) for g in files[:i]})
+        warnings.warn(f"SOURCE named {again} recording{'s' if again > 1 else ''} again (another "
+                      f"name of the same file, first: {first!r}): each is read once, under its "
+                      "first name", RuntimeWarning, stacklevel=3)
+    return list(seen.values())
 
 
 def add_common(p: cli_args.Parser, *, window_s: float | None = None, out_required: bool = True) -> None:
