@@ -188,3 +188,19 @@ def test_each_command_is_also_an_installed_script():
                            timeout=240, cwd=ROOT)
         assert r.returncode == 0, r.stderr
         assert option_helps(r.stdout).keys() == option_helps(run(module, "--help").stdout).keys()
+
+
+def test_an_installed_script_names_itself_in_its_usage():
+    """Issue 47 item 21: `birdjepa-embed --bad` printed `usage: python -m birdjepa.embed`."""
+    import os
+    import subprocess
+    import sys
+
+    bindir = os.path.dirname(sys.executable)
+    for script, sub in (("birdjepa-embed", []), ("birdjepa-sources", ["pack"])):
+        r = subprocess.run([os.path.join(bindir, script), *sub, "--no_such_flag"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stderr
+        r = subprocess.run([os.path.join(bindir, script), *sub, "--help"], capture_output=True,
+                           text=True, timeout=120)
+        assert r.stdout.startswith(f"usage: {' '.join([script, *sub])} "), r.stdout[:200]

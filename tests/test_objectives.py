@@ -254,3 +254,14 @@ def test_curves_plot_the_objectives_own_terms(name, panels, tmp_path):
         if name == "lejepa":
             assert drawn[1][1] == ["sigreg"] and drawn[2][1] == ["inv"]
     assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_a_sigmoid_runs_curves_name_binary_cross_entropy(tmp_path):
+    """Issue 47 item 21: curves.png titled a sigmoid (multilabel) run "ce (cross-entropy)"."""
+    rows = [{"step": s, "loss": 1.0 / s, "probe_loss": 1.0 / s, "probe_acc": 0.1, "ce": 1.0 / s}
+            for s in range(1, 4)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    drawn = birdjepa.train.log.plot(path, tmp_path / "c.png", "supervised", multilabel=True)
+    assert drawn[0][0] == ("loss = ce (binary cross-entropy, sigmoid per class), objective "
+                           "supervised")

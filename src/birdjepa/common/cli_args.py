@@ -20,6 +20,7 @@ import difflib
 import functools
 import inspect
 import operator
+import pathlib
 import sys
 import textwrap
 import types
@@ -211,6 +212,16 @@ def _optional(t) -> tuple[typing.Any, bool]:
     return t, False
 
 
+def _as_run(prog: str) -> str:
+    """`prog` ("python -m birdjepa.X [sub]") as the user ran it: an installed script
+    (`birdjepa-x`, [project.scripts]) names itself, followed by the subcommand."""
+    script = pathlib.Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    words = prog.split()
+    if script.startswith("birdjepa-") and words[:2] == ["python", "-m"] and len(words) >= 3:
+        return " ".join([script, *words[3:]])
+    return prog
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with the package's voice: one-line `error:` messages and exit 2, unknown
     options answered with their close matches, dashes read as underscores, and `add_flag`,
@@ -219,6 +230,7 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, prog: str, description: str, **kw):
         if description and "\n" not in description.strip():
             description = textwrap.fill(description, 100)
+        prog = _as_run(prog)
         super().__init__(prog=prog, description=description, formatter_class=_Formatter,
                          allow_abbrev=False, **kw)
         self.config_fields: dict[str, typing.Any] = {}

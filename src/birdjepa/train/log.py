@@ -157,12 +157,14 @@ def truncate(path: pathlib.Path, *, after_step: int) -> int:
 
 
 def plot(metrics_path: pathlib.Path, png_path: pathlib.Path,
-         objective: str | None = None) -> list[tuple[str, list[str]]]:
+         objective: str | None = None, *, multilabel: bool = False
+         ) -> list[tuple[str, list[str]]]:
     """The objective's own curves against step: `loss` (log scale) with the online probe's
     loss, a panel per loss term when the objective has several (LeJEPA: `sigreg` and `inv`,
     birdjepa.config.losses.TERMS; one term is the loss itself and names its panel), and
-    train/eval accuracy. `objective` None: the one whose terms the rows hold. Returns the
-    panels drawn: (title, labels of its lines)."""
+    train/eval accuracy. `objective` None: the one whose terms the rows hold; `multilabel`: the
+    head is sigmoid (a list<int> label column), its `ce` binary. Returns the panels drawn:
+    (title, labels of its lines)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,7 +180,9 @@ def plot(metrics_path: pathlib.Path, png_path: pathlib.Path,
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float)]
         return [p[0] for p in pts], [p[1] for p in pts]
 
-    own = terms[objective]
+    own = dict(terms[objective])
+    if multilabel and "ce" in own:  # sigmoid heads: the same key, binary cross-entropy
+        own["ce"] = "binary cross-entropy, sigmoid per class"
     loss_title = "loss" if len(own) != 1 else "loss = {} ({})".format(*next(iter(own.items())))
     layout = [(f"{loss_title}, objective {objective}",
                [("loss", "loss", "-"), ("probe_loss", "online probe", "--")])]

@@ -517,5 +517,6 @@ def finish(run: Run, state: dict, summary: dict, *, nonfinite_run: int = 0) -> N
     if run.is_main:
         birdjepa.train.log.plot(birdjepa.runtime.rundir.metrics_file(run.dir),
                                 birdjepa.runtime.rundir.curves_file(run.dir),
-                                run.cfg.objective.name)
+                                run.cfg.objective.name,
+                                multilabel=bool(getattr(run.train_loader, "multilabel", False)))
         birdjepa.runtime.rundir.mark_complete(run.dir, summary)
