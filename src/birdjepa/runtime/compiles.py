@@ -22,10 +22,15 @@ import hashlib
 import os
 import pathlib
 import platform
+import sys
 import threading
 
 import jax
+from jax._src import compilation_cache as _jax_cache
+from jax._src.compilation_cache_interface import CacheInterface
 from jax.experimental.compilation_cache import compilation_cache
+
+import birdjepa.common.outputs as outputs
 
 ENV = "BIRDJEPA_COMPILE_CACHE"
 OFF = "off"
@@ -76,7 +81,63 @@ def enable(setting: str) -> str | None:
         jax.config.update("jax_enable_compilation_cache", path is not None)
         compilation_cache.set_cache_dir(path)
         compilation_cache.reset_cache()  # the next compile opens the new directory
+    if path is not None and not isinstance(_jax_cache._cache, CheckedCache):
+        _jax_cache._initialize_cache()  # JAX's own, then ours in its place
+        _jax_cache._cache = CheckedCache(path)
     return path
+
+
+class CheckedCache(CacheInterface):
+    """JAX's persistent compilation cache directory with entries that are never half-written
+    nor misplaced (issue 47 items 4 and 20c). JAX's own wrote an entry in place: a disk that
+    filled once left it truncated, and every later start warned, recompiled and never replaced
+    it (its put skips an existing file); an entry copied under another key was loaded as that
+    key's executable, computing the wrong function. Here each entry is written beside its name
+    and renamed into place, and ends with MAGIC and the sha256 of its key and payload; an entry
+    without them, or not of its key, or cut short, is a miss: set aside (`<name>.bad`, one line
+    on stderr) and written anew by the compile that follows. A write that fails (a full disk)
+    leaves no entry and the run compiling on."""
+
+    MAGIC = b"BIRDJEPA-CACHE-1"
+
+    def __init__(self, path: str | os.PathLike):
+        self._path = pathlib.Path(path)
+        self._path.mkdir(parents=True, exist_ok=True)
+        self.failed_write = False
+
+    def _file(self, key: str) -> pathlib.Path:
+        return self._path / f"{key}-cache"
+
+    def _seal(self, key: str, value: bytes) -> bytes:
+        return self.MAGIC + hashlib.sha256(key.encode() + b"\0" + value).digest()
+
+    def get(self, key: str) -> bytes | None:
+        path = self._file(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        n = len(self.MAGIC) + 32
+        value = data[:-n]
+        if len(data) < n or data[-n:] != self._seal(key, value):
+            why = ("cut short, or written before birdjepa sealed its entries"
+                   if len(data) < n or data[-n:-32] != self.MAGIC
+                   else "not this key's, or its bytes changed")
+            path.rename(path.with_name(path.name + ".bad"))  # set aside, never read again
+            print(f"compilation cache: set aside {path.name} ({why}); compiling it anew",
+                  file=sys.stderr, flush=True)
+            return None
+        return value
+
+    def put(self, key: str, value: bytes) -> None:
+        try:
+            with outputs.replacing(self._file(key)) as tmp:
+                tmp.write_bytes(value + self._seal(key, value))
+        except OSError as e:  # a full disk: no entry, the run goes on
+            if not self.failed_write:
+                self.failed_write = True
+                print(f"compilation cache: could not write an entry in {self._path} ({e}); "
+                      "compiles are not kept", file=sys.stderr, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
