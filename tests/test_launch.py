@@ -385,3 +385,42 @@ def test_dry_run_decodes_samples_and_fails_data_that_the_run_would_fail_on(tmp_p
     (line,) = [x for x in out.splitlines() if "data.eval_shards" in x]
     assert "too many failed samples: 10 of the last 20 samples failed" in line, line
     assert "dry run: 1 shard check(s) failed" in err
+
+
+@pytest.mark.parametrize("max_parallel", [0, 1])
+def test_a_run_still_training_from_a_killed_launcher_is_found_not_started_again(
+        tmp_path, capsys, monkeypatch, demo_audio, max_parallel):
+    """Issue 47 item 5: `launch --executor local` killed by SIGKILL (the OOM killer, a lost
+    login shell) leaves its job training; running the same command again reported the entry
+    failed (RunDirBusy: the orphan holds the lock). The launcher finds the run by its lock's
+    holder and starts it no second time; with --max_parallel it waits for it to end and says
+    how it ended, then runs the others."""
+    monkeypatch.chdir(tmp_path)
+    demo_shards(tmp_path, demo_audio)
+    sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3}]')
+    orphan_cfg, other_cfg = launch.resolve(sweep)
+    run_dir = pathlib.Path(orphan_cfg.run_dir)
+    run_dir.mkdir(parents=True)
+    hold = ("import pathlib, sys, time; sys.path.insert(0, sys.argv[2]); "
+            "import birdjepa.runtime.rundir as r; "
+            "lock = r.Lock(pathlib.Path(sys.argv[1])).acquire(); print('held', flush=True); "
+            "time.sleep(float(sys.argv[3]))")
+    orphan = subprocess.Popen([sys.executable, "-c", hold, str(run_dir), str(ROOT / "src"), "3"],
+                              stdout=subprocess.PIPE, text=True)
+    assert orphan.stdout.readline().strip() == "held"
+    started = []
+    monkeypatch.setattr(birdjepa.launch.job, "TrainingJob", lambda cfg: (
+        started.append(cfg.run_id), _timed_job(tmp_path / f"{cfg.optim.lr}.txt", False))[1])
+    try:
+        launch.launch(launch.LaunchConfig(sweep=str(sweep), executor="local",
+                                          max_parallel=max_parallel,
+                                          log_dir=str(tmp_path / "logs"), n_hours=0.1))
+        out = capsys.readouterr().out
+    finally:
+        orphan.wait(timeout=30)
+    assert started == [other_cfg.run_id], started
+    assert (f"{orphan_cfg.run_id}: already training (pid {orphan.pid} on host" in out), out
+    assert "failed" not in out, out
+    if max_parallel:
+        assert (f"{orphan_cfg.run_id} ended without COMPLETE (it trained in pid {orphan.pid} on "
+                "host") in out, out

@@ -408,6 +408,15 @@ def launch(lc: LaunchConfig) -> list:
     if lc.dry_run:
         _dry_run(entries, lc)
         return []
+    busy = {c.run_id: h for c in todo if (h := birdjepa.runtime.rundir.holder(c.run_dir))}
+    for c in todo:  # left training by a launcher that was killed: found, not started again
+        if c.run_id in busy:
+            print(f"{c.run_id}: already training ({busy[c.run_id]} holds "
+                  f"{pathlib.Path(c.run_dir) / birdjepa.runtime.rundir.LOCK}); not started again"
+                  + ("; waiting for it" if lc.max_parallel else ""), flush=True)
+    todo = [c for c in todo if c.run_id not in busy]
+    if busy and lc.max_parallel:
+        _wait_for_holders([c for c in cfgs if c.run_id in busy], busy)
     if not todo:
         print("every run of this sweep is complete; nothing submitted")
         return []
@@ -419,6 +428,15 @@ def launch(lc: LaunchConfig) -> list:
     executor = make_executor(lc, job_name=name, n_workers=n_workers)
     with job.Interrupts(enabled=bool(lc.max_parallel)) as stop:
         return _submit(executor, todo, lc.max_parallel, stop)
+
+
+def _wait_for_holders(cfgs: list[birdjepa.config.Config], busy: dict[str, str]) -> None:
+    """Wait until no process holds these runs' directories; say how each ended."""
+    while any(birdjepa.runtime.rundir.holder(c.run_dir) for c in cfgs):
+        time.sleep(0.5)
+    for c in cfgs:
+        state = "complete" if is_complete(c) else "without COMPLETE"
+        print(f"{c.run_id} ended {state} (it trained in {busy[c.run_id]})", flush=True)
 
 
 def _submit(executor, todo: list[birdjepa.config.Config], max_parallel: int,

@@ -174,6 +174,24 @@ def clear_complete(run_dir: pathlib.Path) -> None:
     (run_dir / COMPLETE).unlink(missing_ok=True)
 
 
+def holder(run_dir: str | os.PathLike) -> str | None:
+    """Who trains in `run_dir` now: its lock's holder ("pid N on host H") while a live process
+    holds it, else None (no lock file: nothing is created). What a launcher asks before
+    starting a run a killed launcher left training."""
+    path = pathlib.Path(run_dir) / LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+    finally:
+        os.close(fd)  # our own flock, if taken, goes with it
+    return None
+
+
 class Lock:
     """An exclusive `flock` on run_dir/lock, held while a process trains there. The kernel
     releases it when the process dies, so a requeued job gets it back once the old one is gone;
