@@ -124,3 +124,42 @@ def test_the_loader_crops_inside_what_a_damaged_recording_holds(recordings, tmp_
         warned = [c.split(" row ")[1][0] for c in caught]
         assert "1" in warned and len(warned) == len(set(warned)) and set(warned) <= {"0", "1"}
         assert all("the data ends at" in c for c in caught), caught
+
+
+def _wav_with_data_to(tmp_path, header_s: float, data_s: float) -> str:
+    """A 48 kHz 16-bit WAV whose header says `header_s` seconds and whose data ends at
+    `data_s` (a recorder card pulled mid-write)."""
+    t = np.arange(int(SR * header_s)) / SR
+    data = _encode((0.3 * np.sin(2 * np.pi * 1500 * t)).astype(np.float32), "WAV", "PCM_16")
+    path = tmp_path / f"to-{data_s}.wav"
+    path.write_bytes(data[:44 + 2 * int(round(SR * data_s))])
+    return str(path)
+
+
+def test_no_window_starts_where_the_data_has_ended(tmp_path):
+    """Issue 47 item 8: header 10 s, data to 4.99975 s: the window at 5.0 s was pure padding,
+    with no error; embed kept it (start_s 5.0, end_s 4.99975, padded_s 5.00025 > the window),
+    predict wrote detections from padding alone, its Raven table End Time < Begin Time. A
+    window that starts at or after where the data ends is no window."""
+    path = _wav_with_data_to(tmp_path, 10.0, 4.99975)
+    w = inference.Windows(window_s=5.0, hop_s=5.0, n_frames=512)
+    durations = {}
+    batches, caught = _caught(lambda: list(inference.features([path], w, batch_size=8,
+                                                               durations=durations)))
+    starts = np.concatenate([b[2] for b in batches])
+    assert starts.tolist() == [0.0], starts
+    assert abs(durations[0] - 4.99975) < 1e-4 and any("the data ends at" in m for m in caught)
+
+
+def test_centre_is_the_centre_of_the_data_a_truncated_file_holds(tmp_path):
+    """Item 9: `--centre` on a truncated file took the centre of the header's length (half the
+    window past the data); a file whose data ends at 1 s gave no row. The loader's eval crop
+    and embed agree on the data's length."""
+    w = inference.Windows(window_s=2.0, centre=True, n_frames=512)
+    for data_s, want in ((6.0, 2.0), (1.0, 0.0)):  # header 20 s: centre 9 s before
+        path = _wav_with_data_to(tmp_path, 20.0, data_s)
+        durations = {}
+        batches, _ = _caught(lambda: list(inference.features(  # noqa: B023
+            [path], w, batch_size=8, durations=durations)))  # noqa: B023
+        starts = np.concatenate([b[2] for b in batches]) if batches else np.array([])
+        assert starts.tolist() == [want], (data_s, starts)

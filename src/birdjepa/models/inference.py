@@ -188,7 +188,7 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
             piece[: len(x[a : a + win])] = x[a : a + win]
             return w.normalise(birdjepa.data.audio.fbank(piece, sample_rate=w.sample_rate,
                                                          n_mels=w.n_mels),
-                               len(x[a : a + win]) / w.sample_rate), None
+                               len(x[a : a + win]) / w.sample_rate), None, s
         return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut, None
     data = (birdjepa.data.paths.read_file(item, max_audio_mb) if isinstance(item, str | os.PathLike)
             else birdjepa.data.audio._bytes(item))
@@ -199,12 +199,39 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
         wave, _sr, _seeked, damage = birdjepa._rs.decode(data)
         n, damage = len(wave), damage and damage["message"]
 
-    def clip(s):  # (features, None or where the data stops early)
-        feats, damage = birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
-                                                 sample_rate=w.sample_rate, n_mels=w.n_mels,
-                                                 resampler=w.resampler, with_damage=True)
-        return w.normalise(feats, min(w.window_s, n / sr - s)), damage
+    def at(s):
+        return birdjepa.data.audio.clip(data, start_s=s, duration_s=w.window_s,
+                                        sample_rate=w.sample_rate, n_mels=w.n_mels,
+                                        resampler=w.resampler, with_damage=True)
+
+    def clip(s):  # (features, None or where the data stops early, the window's start)
+        """The window at `s`, placed by what the data holds, not by the header: a window that
+        starts where the data has ended is no window (EmptyAudioError), and the centre
+        window of a recording whose data stops early is the centre of that data (the loader's
+        eval crop places it so too)."""
+        try:
+            feats, dmg = at(s)
+        except errors.EmptyAudioError as e:
+            if not (w.centre and "after the data ends" in str(e)):
+                raise
+            feats, dmg = None, {"end_s": _data_seconds(data), "message": str(e)}
+        end = None if dmg is None else float(dmg["end_s"])
+        if end is not None and w.centre and end < s + w.window_s:
+            s = w.starts(int(round(end * sr)), sr)[0]
+            feats, again = at(s)
+            dmg = again or dmg
+        elif end is not None and end <= s:
+            raise errors.EmptyAudioError(f"window starts at {s:g} s, after the data ends at "
+                                         f"{end:g} s ({dmg['message']})")
+        return w.normalise(feats, min(w.window_s, (end if end is not None else n / sr) - s)), \
+            dmg, s
     return n / sr, w.starts(n, sr), clip, damage
+
+
+def _data_seconds(data: bytes) -> float:
+    """Seconds of audio the data of a damaged recording holds (decoded whole: rare)."""
+    wave, sr, _seeked, _damage = birdjepa._rs.decode(data)
+    return len(wave) / sr
 
 
 def _window_tasks(items, w: Windows, failures: birdjepa.models.failures.Failures, durations: dict | None,
@@ -253,7 +280,7 @@ def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures:
             if row in failed:
                 continue
             try:
-                x, damage = fut.result()
+                x, damage, s = fut.result()  # the start where the data put the window
             except birdjepa.models.failures.SKIPPED as e:
                 failed.add(row)
                 if s > 0 and isinstance(e, errors.EmptyAudioError) and "after the data ends" \
