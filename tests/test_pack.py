@@ -267,3 +267,43 @@ def test_pack_reencodes_at_the_models_rate_and_the_loader_sees_the_same_clips(de
     assert rc == 2 and err == ["error: bad argument codec, sample_rate: expected copy (no "
                                "rate: the bytes are kept as they are) or wav/flac with no rate "
                                "or one in [1000, 384000] Hz, got 'copy', 32000"], err
+
+
+def test_a_damaged_recording_is_named_by_the_pack_and_marked_in_its_manifest(demo_corpus,
+                                                                            tmp_path, capsys):
+    """Issue 47 item 11: `pack --codec wav` of a truncated recording wrote a clean, shorter file;
+    the only trace was a raw Python warning naming no file, and afterwards nothing saw the
+    damage. The pack names each damaged recording (shard, row, where its data ends) and its
+    manifest keeps the mark beside the shard."""
+    import io
+    import json
+    import warnings
+
+    import numpy as np
+    import soundfile as sf
+
+    s = demo_corpus(n_recordings=4, min_s=5.0, max_s=6.0)
+    src = pa.ipc.open_stream(pa.memory_map(s["shards"][0])).read_all()
+    rows = src.to_pylist()
+    buf = io.BytesIO()
+    t = np.arange(10 * 32000) / 32000
+    sf.write(buf, (0.3 * np.sin(2 * np.pi * 900 * t)).astype(np.float32), 32000, format="WAV",
+             subtype="PCM_16")
+    rows[2] = {**rows[2], "audio": {"bytes": buf.getvalue()[:44 + 2 * 3 * 32000],
+                                    "path": "cut.wav"}}  # header 10 s, data 3 s
+    bad = tmp_path / "src" / "data.arrow"
+    bad.parent.mkdir()
+    with pa.OSFile(str(bad), "wb") as f, pa.ipc.new_stream(f, src.schema) as w:
+        w.write_table(pa.Table.from_pylist(rows, src.schema))
+    dst = tmp_path / "wav"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc, err = _pack_cli(bad, dst, capsys, "--codec", "wav", "--sample_rate", "32000")
+    assert rc == 0 and not [str(c.message) for c in caught], [str(c.message) for c in caught]
+    said = [line for line in err if "damaged" in line]
+    assert len(said) == 1 and f"1 recording(s) damaged, packed with what they hold: {bad}: " \
+        "row 2 (the data ends at 3" in said[0], err
+    manifest = json.loads((dst / birdjepa.data.pack_dst.MANIFEST).read_text())
+    (entry,) = manifest.values()
+    assert len(entry["damaged"]) == 1 and entry["damaged"][0][0] == 2 \
+        and "the data ends at 3" in entry["damaged"][0][1], entry

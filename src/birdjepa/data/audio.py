@@ -174,32 +174,42 @@ def encode(wave: Any, sample_rate: int, codec: str) -> bytes:
 
 
 def recode(data: bytes | str | os.PathLike, codec: str, sample_rate: int | None = None, *,
-           resampler: str = DEFAULT_RESAMPLER) -> bytes:
+           resampler: str = DEFAULT_RESAMPLER, with_damage: bool = False):
     """A recording (bytes or a path) decoded to mono, resampled to `sample_rate` (None: its
     own rate) with `resampler` and encoded as 16-bit `codec` (`encode`): what `sources pack
-    --codec` stores."""
-    wave, sr = decode(data)
+    --codec` stores. A recording whose data stops early gives what it holds, with a warning
+    naming where, or with `with_damage` (bytes, damage: None or {"end_s", "message"})."""
+    wave, sr, _seeked, damage = _rs.decode(_bytes(data))
+    if damage is not None and not with_damage:
+        warn_damage(data, damage)
     if sample_rate is not None and sr != sample_rate:
         wave, sr = resample(wave, sr, sample_rate, resampler=resampler), sample_rate
-    return encode(wave, sr, codec)
+    out = encode(wave, sr, codec)
+    return (out, damage) if with_damage else out
 
 
 @dataclasses.dataclass
 class Recoder:
     """`recode` each recording; one that cannot be decoded is kept as it was and listed in
-    `kept` ((where, error) pairs)."""
+    `kept` ((where, error) pairs); one whose data stops early is re-encoded with what it holds
+    and listed in `damaged` ((row, where, message): `row` the caller's)."""
 
     codec: str
     sample_rate: int | None = None
     kept: list = dataclasses.field(default_factory=list)
     resampler: str = DEFAULT_RESAMPLER
+    damaged: list = dataclasses.field(default_factory=list)
 
-    def __call__(self, data: bytes, where: str) -> bytes:
+    def __call__(self, data: bytes, where: str, row: int | None = None) -> bytes:
         try:
-            return recode(data, self.codec, self.sample_rate, resampler=self.resampler)
+            out, damage = recode(data, self.codec, self.sample_rate, resampler=self.resampler,
+                                 with_damage=True)
         except _rs.AudioError as e:
             self.kept.append((where, f"{type(e).__name__}: {e}"))  # list.append is atomic
             return data
+        if damage is not None:
+            self.damaged.append((row, where, damage["message"]))
+        return out
 
 
 def clip(

@@ -177,7 +177,7 @@ def _audio_array(src: Source, start: int, end: int,
         try:
             if recode is not None:  # the re-encoded bytes, not the file's
                 where = f"{src.files[src.rows[k][0]]}: row {src.rows[k][1]}"
-                parts.append(recode(b or paths.read_file(file, max_audio_mb), where))
+                parts.append(recode(b or paths.read_file(file, max_audio_mb), where, k))
             else:
                 parts.append(b if b else paths.open_regular(file, max_audio_mb))
         except BaseException:
@@ -254,8 +254,10 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
             w.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
             if progress is not None:
                 progress(b - a)
-    if manifest is not None:
-        manifest.add(os.path.basename(path), tmp, sources)
+    if manifest is not None:  # with the rows of this shard whose data stopped early
+        damaged = sorted([k - start, f"{where}: {message}"] for k, where, message in
+                         (recode.damaged if recode is not None else []) if start <= k < end)
+        manifest.add(os.path.basename(path), tmp, sources, damaged=damaged)
     os.replace(tmp, path)
     return end - start
 
@@ -317,7 +319,9 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     recording's own) with the filter `resampler` (None: a pack being resumed keeps its own, a
     plan saved before the setting existed meaning birdjepa.data.config.LEGACY_RESAMPLER; a new
     pack the default); returns {"dst", "shards", "n_rows", "bytes", "seconds", "skipped" (shards
-    already done), "kept" ((where, error) of recordings that could not be re-encoded)}."""
+    already done), "kept" ((where, error) of recordings that could not be re-encoded),
+    "damaged" ((where, message) of recordings whose data stopped early: re-encoded with what
+    they held, and marked in the manifest beside their shard)}."""
     t0 = time.perf_counter()
     if codec not in ("copy", *birdjepa.data.audio.ENCODINGS) or (sample_rate is not None and (
             codec == "copy" or not 1000 <= sample_rate <= 384000)):
@@ -366,7 +370,8 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     total = sum(os.path.getsize(os.path.join(dst, nm)) for nm in names)
     return {"dst": dst, "shards": names, "n_rows": len(src.rows), "bytes": total,
             "seconds": time.perf_counter() - t0, "skipped": n - len(todo),
-            "kept": [] if recode is None else sorted(recode.kept)}
+            "kept": [] if recode is None else sorted(recode.kept),
+            "damaged": [] if recode is None else sorted((w, m) for _, w, m in recode.damaged)}
 
 
 class _Progress:
@@ -431,6 +436,10 @@ def run(a, resolve) -> int:
                  sample_rate=a.sample_rate, resampler=a.resampler)
     except (errors.Error, OSError) as e:
         return cli_args.fail(e)
+    if s["damaged"]:
+        names = "; ".join(f"{w} ({m})" for w, m in s["damaged"])
+        print(f"warning: {len(s['damaged'])} recording(s) damaged, packed with what they hold: "
+              f"{names} (marked in {pack_dst.MANIFEST})", file=sys.stderr)
     if s["kept"]:
         print(f"warning: {len(s['kept'])} recording(s) could not be decoded and were kept as "
               f"they were (first: {': '.join(s['kept'][0])})", file=sys.stderr)

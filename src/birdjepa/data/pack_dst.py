@@ -59,10 +59,13 @@ class Manifest:
             with open(self.path) as f:
                 self.done = json.load(f)
 
-    def add(self, name: str, tmp: str, sources: str) -> None:
+    def add(self, name: str, tmp: str, sources: str, damaged: list | None = None) -> None:
         """Record the finished temporary file `tmp` as shard `name` (before it is renamed),
-        made from sources stamped `sources`."""
-        entry = {"sha256": _sha256(tmp), "size": os.path.getsize(tmp), "sources": sources}
+        made from sources stamped `sources`; `damaged`: [row in the shard, where and why] of
+        its recordings whose data stopped early (re-encoded with what they held), kept as
+        their mark."""
+        entry = {"sha256": _sha256(tmp), "size": os.path.getsize(tmp), "sources": sources,
+                 **({"damaged": damaged} if damaged else {})}
         with self.lock:
             self.done[name] = entry
             outputs.write_json(self.path, self.done)
