@@ -91,3 +91,30 @@ def test_from_files_without_one_readable_recording_is_an_error(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: SRC: none of the 2 audio files")
     assert "empty.flac" in err[0] and not (tmp_path / "ds").exists()
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_by_name_and_the_rest_written(tmp_path, capsys):
+    """Issue 47 item 18: a recording named `caf\\xe9.wav` (Latin-1, as old recorder cards write
+    names) made embed, predict and from_files exit 2 on a codec error before doing anything.
+    It is skipped, named (its bytes), and everything else is read and written."""
+    import os
+    import shutil
+
+    import birdjepa.models.recordings as recordings
+
+    files = _tree(tmp_path / "audio")
+    latin1 = os.fsencode(str(tmp_path / "audio" / "norcar")) + b"/caf\xe9.wav"
+    shutil.copyfile(os.fsencode(str(next(iter(files)))), latin1)
+    assert birdjepa.sources.main(["from_files", str(tmp_path / "audio"), "--out_dir",
+                                  str(tmp_path / "ds"), "--label_from", "parent"]) == 0
+    err = capsys.readouterr().err
+    assert "caf\\xe9.wav" in err and "not UTF-8" in err, err
+    assert table.read(tmp_path / "ds", ["label"]).num_rows == 5
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        src = recordings.resolve([str(tmp_path / "audio")])
+    assert len(src.files) == 5 and all("caf" not in f for f in src.files)
+    said = [str(w.message) for w in caught]
+    assert any("caf\\xe9.wav" in m and "not UTF-8" in m for m in said), said

@@ -29,6 +29,7 @@ import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.data.audio
 import birdjepa.data.from_annotations
+import birdjepa.data.paths as paths
 
 AUDIO = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
@@ -132,7 +133,11 @@ def run(a) -> int:
     """Write the shard as the command line `a` says: unreadable files skipped (one warning
     naming them), the rows and rows per class printed; nothing readable: exit status 2."""
     try:
-        files = audio_files(a.src)
+        files, not_utf8 = paths.utf8_named(audio_files(a.src))
+        if not_utf8:
+            print(f"warning: {paths.not_utf8_words(not_utf8)}", file=sys.stderr)
+        if not files:
+            raise ValueError(f"SRC: no audio file with a UTF-8 name in {a.src}")
         good, bad = readable(files)
         if not good:
             raise ValueError(f"SRC: none of the {len(files)} audio files is readable audio: "

@@ -58,6 +58,28 @@ MAX_AUDIO_MB = 1024.0
 """Default bound of one path-only audio file, MB (10^6 bytes): LoaderConfig.max_audio_mb's."""
 
 
+def utf8_named(paths: list) -> tuple[list, list[bytes]]:
+    """(the paths whose names are UTF-8, the other names as bytes). Linux names are bytes; one
+    that is not UTF-8 (Latin-1 `caf\\xe9.wav` from an old recorder card) reaches Python with
+    surrogate escapes, and no table, log or Rust string can hold it: its file is skipped by
+    name (`not_utf8_words`), never a codec error that stops a whole command."""
+    ok, bad = [], []
+    for p in paths:
+        try:
+            os.fspath(p).encode("utf-8")
+        except UnicodeEncodeError:
+            bad.append(os.fsencode(p))
+        else:
+            ok.append(p)
+    return ok, bad
+
+
+def not_utf8_words(bad: list[bytes]) -> str:
+    """The one line that names the files `utf8_named` set aside."""
+    return (f"skipped {len(bad)} file(s) whose name is not UTF-8 (first: {bad[0]!r}); rename "
+            "them to read them (e.g. `convmv -f latin1 -t utf8 --notest`)")
+
+
 def kind_of(st: os.stat_result) -> str:
     """What a file that is not a regular file is, in words ("a FIFO (named pipe)", ...): the
     loader's rule and words, asked of it (rust/src/shards/audio_file.rs `file_kind`)."""

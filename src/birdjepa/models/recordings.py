@@ -97,6 +97,12 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
         warnings.warn(f"SOURCE: skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'}"
                       f" that are not regular files (first: {skipped[0]!r})", RuntimeWarning,
                       stacklevel=2)
+    files, not_utf8 = birdjepa.data.paths.utf8_named(files)
+    if not_utf8:
+        warnings.warn(f"SOURCE: {birdjepa.data.paths.not_utf8_words(not_utf8)}", RuntimeWarning,
+                      stacklevel=2)
+        if not files and not shards:
+            raise FileNotFoundError(f"SOURCE: no audio file with a UTF-8 name in {args}")
     if files:
         return Source(files=_once(files), skipped=skipped)
     src = shards[0] if len(shards) == 1 else shards
