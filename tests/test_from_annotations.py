@@ -253,3 +253,28 @@ def test_evaluate_runs_on_annotated_demo_soundscapes(tmp_path, demo_corpus):
     assert len(cmap) == 1 and cmap[0]["test_set"] == "annotated"
     assert (cmap[0]["n_segments"], cmap[0]["n_labelled"]) == (6, 5)
     assert 0.0 < cmap[0]["value"] <= 1.0
+
+
+def test_only_the_same_selection_in_another_view_is_a_repeat(tmp_path, capsys):
+    """Issue 47 item 10: Raven "view repeats" were skipped by the Selection number alone: a
+    combined table whose numbers restart per recording lost every event of the second
+    recording, and two different events under one number lost one. A repeat is the same
+    selection (times, label, file) in another View; anything else is kept."""
+    a = tmp_path / "audio"
+    _wav(a / "x.wav", 6.0)
+    _wav(a / "y.wav", 6.0)
+    lines = [HEADER + "\tSpecies\tBegin Path\tFile Offset (s)"]
+    for sel, view, begin, end, sp, f, off in [
+            (1, "Waveform 1", 1.0, 2.0, "amerob", "audio/x.wav", 1.0),
+            (1, "Spectrogram 1", 1.0, 2.0, "amerob", "audio/x.wav", 1.0),  # a view repeat
+            (1, "Spectrogram 1", 7.0, 8.0, "norcar", "audio/y.wav", 1.0),  # restarted numbers
+            (2, "Spectrogram 1", 9.0, 9.5, "blujay", "audio/y.wav", 3.0),
+            (2, "Spectrogram 1", 10.0, 11.0, "amerob", "audio/y.wav", 4.0)]:  # 2 events, one number
+        lines.append("\t".join(map(str, [sel, view, 1, begin, end, 0, 8000, sp, f, off])))
+    (tmp_path / "combined.txt").write_text("\n".join(lines) + "\n")
+    assert birdjepa.sources.main(["from_annotations", str(tmp_path / "combined.txt"),
+                                  "--out_dir", str(tmp_path / "ev")]) == 0
+    got = sorted((os.path.basename(f), a, b, y[0]) for f, a, b, y in _rows(tmp_path / "ev"))
+    assert got == [("x.wav", 1.0, 2.0, "amerob"), ("y.wav", 1.0, 2.0, "norcar"),
+                   ("y.wav", 3.0, 3.5, "blujay"), ("y.wav", 4.0, 5.0, "amerob")], got
+    assert "skipped 1 Raven row(s) repeating a selection" in capsys.readouterr().out

@@ -11,8 +11,10 @@ and CSV files, for `python -m birdjepa.sources from_annotations` (birdjepa.data.
   without its `.selections.txt` and Raven's `.Table.<n>` (`rec1.Table.1.selections.txt` ->
   `rec1.wav`, `rec1.flac`, ...), found in `audio_dir` (default: the table's directory); a table
   with no selection still lists its recording (all of it is "nothing here"). Raven repeats each
-  selection once per view (`Waveform 1`, `Spectrogram 1`) under one `Selection` number: the
-  repeats are skipped, counted.
+  selection once per view (`Waveform 1`, `Spectrogram 1`) under one `Selection` number: a row
+  that is the same selection (number, times, label and file) in another view is skipped,
+  counted; anything else is kept (numbers restarting per recording in a combined table, two
+  events under one number).
 * CSV (`.csv`): columns `file`, `start`, `end`, `label` (names overridable). A row whose start,
   end and label are all empty lists a recording without events.
 
@@ -208,14 +210,17 @@ def read_raven(found: Found, table: pathlib.Path, cols: Columns, audio_dir: str,
     file = None if path_c else _recording_of(found, table, audio_dir, audio_for)
     if file is not None:
         found.recordings.setdefault(file, str(table))
-    seen: set[str] = set()
+    views: dict[tuple, set[str]] = {}  # a selection (number, times, label, file) -> its views
     for i, line in enumerate(lines[1:], 1):
         cells = dict(zip(header, (c.strip() for c in line.split("\t")), strict=False))
         sel = cells.get("Selection")
-        if sel and sel in seen:
+        selection = (sel, *(cells.get(c) for c in names), cells.get(path_c) if path_c else None)
+        seen_in = views.setdefault(selection, set())
+        view = cells.get("View", "")
+        if sel and seen_in and view not in seen_in:  # the same selection in another view
             found.repeats += 1
             continue
-        seen.add(sel or "")
+        seen_in.add(view)
         where = f"{table}: row {i}"
         row_file = file
         if path_c:
