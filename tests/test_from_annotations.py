@@ -179,7 +179,7 @@ def test_bad_input_is_one_line_per_problem_and_exit_2(tmp_path, capsys):
     a = tmp_path / "audio"
     _wav(a / "rec1.wav", 4.0)
     t = _raven(a / "rec1.selections.txt", [(1.0, 2.0, "amerob"), ("x", 2.0, "amerob"),
-                                           (3.0, 2.5, "norcar"), (3.0, 9.0, "norcar"),
+                                           (3.0, 2.5, "norcar"), (5.0, 9.0, "norcar"),
                                            (0.5, 1.0, "")])
     (tmp_path / "ann.csv").write_text("file,start,end,label\ngone.wav,0,1,amerob\n")
     _raven(a / "orphan.selections.txt", [])
@@ -204,8 +204,8 @@ def test_bad_input_is_one_line_per_problem_and_exit_2(tmp_path, capsys):
         "Species, Annotation, label, or name it with --label_column), got 'Selection', 'View', "
         "'Channel', 'Begin Time (s)', 'End Time (s)', 'Low Freq (Hz)', 'High Freq (Hz)', "
         "'Notes'",
-        f"error: {t}: row 4: event [3, 9] s lies outside its recording '{a / 'rec1.wav'}' (4 s "
-        "long)",
+        f"error: {t}: row 4: event [5, 9] s lies wholly after the end of its recording "
+        f"'{a / 'rec1.wav'}' (4 s long)",
     ]
     assert not (tmp_path / "out").exists()
     (tmp_path / "full").mkdir()
@@ -278,3 +278,41 @@ def test_only_the_same_selection_in_another_view_is_a_repeat(tmp_path, capsys):
     assert got == [("x.wav", 1.0, 2.0, "amerob"), ("y.wav", 1.0, 2.0, "norcar"),
                    ("y.wav", 3.0, 3.5, "blujay"), ("y.wav", 4.0, 5.0, "amerob")], got
     assert "skipped 1 Raven row(s) repeating a selection" in capsys.readouterr().out
+
+
+def test_durations_are_the_datas_events_past_the_end_are_cut_and_nothing_counts_twice(
+        tmp_path, capsys):
+    """Issue 47 items 10a and 21: a recording's duration came from its header: an event at 7-8 s
+    of a WAV whose data ends at 5 s labelled a padding-only window (the same damage in an OGG
+    was refused); an event that only ran past the end was refused as "outside" its recording; a
+    table reached twice (a directory and the file in it) doubled every event, a link and its
+    target were two recordings, and a duet became two rows of the same audio with conflicting
+    single labels. Durations are the data's; an event that runs past the end is cut there
+    (counted), one wholly after it refused; a table, a recording, an event counts once; a duet
+    is one row with both labels."""
+    a = tmp_path / "audio"
+    whole = _wav(a / "long.wav", 10.0)
+    data = open(whole, "rb").read()
+    (a / "cut.wav").write_bytes(data[:44 + 2 * 5 * SR])  # header 10 s, data 5 s
+    (a / "alias.wav").symlink_to(a / "long.wav")
+    lines = [HEADER + "\tSpecies\tBegin Path\tFile Offset (s)"]
+    for i, (b, e, sp, f) in enumerate([(7.0, 8.0, "amerob", "audio/cut.wav")], 1):
+        lines.append("\t".join(map(str, [i, "Spectrogram 1", 1, b, e, 0, 8000, sp, f, b])))
+    (tmp_path / "cut.txt").write_text("\n".join(lines) + "\n")
+    assert birdjepa.sources.main(["from_annotations", str(tmp_path / "cut.txt"), "--out_dir",
+                                  str(tmp_path / "o1")]) == 2
+    err = capsys.readouterr().err
+    assert "event [7, 8] s lies wholly after the end of its recording" in err and \
+        "(5 s long)" in err, err
+    (tmp_path / "ann").mkdir()
+    (tmp_path / "ann" / "t.csv").write_text(
+        f"file,start,end,label\n{a / 'long.wav'},1,2,amerob\n{a / 'long.wav'},1,2,norcar\n"
+        f"{a / 'alias.wav'},3,4,blujay\n{a / 'long.wav'},9.5,11,carwre\n")
+    assert birdjepa.sources.main(["from_annotations", str(tmp_path / "ann"),
+                                  str(tmp_path / "ann" / "t.csv"), "--out_dir",
+                                  str(tmp_path / "o2")]) == 0
+    out = capsys.readouterr().out
+    got = [(os.path.basename(f), a_, b, y) for f, a_, b, y in _rows(tmp_path / "o2")]
+    assert got == [("long.wav", 1.0, 2.0, ["amerob", "norcar"]),
+                   ("long.wav", 3.0, 4.0, ["blujay"]), ("long.wav", 9.5, 10.0, ["carwre"])], got
+    assert "1 event(s) cut at their recording's end" in out, out

@@ -78,9 +78,16 @@ class Found:
     repeats: int = 0
     """Raven rows repeating a selection for another view, skipped."""
     problems: list[str] = dataclasses.field(default_factory=list)
+    spelling: dict[str, str] = dataclasses.field(default_factory=dict)
+    """A recording's real path -> the first name a table gave it: a link and its target, or
+    two spellings of one path, are one recording."""
 
     def problem(self, line: str) -> None:
         self.problems.append(line)
+
+    def one(self, file: str) -> str:
+        """`file` under the first name given to the same file (by its real path)."""
+        return self.spelling.setdefault(os.path.realpath(file), file)
 
 
 def find_tables(sources: list[str]) -> list[pathlib.Path]:
@@ -99,7 +106,10 @@ def find_tables(sources: list[str]) -> list[pathlib.Path]:
     if not out:
         raise FileNotFoundError(f"TABLE: expected Raven selection tables (*.selections.txt) or "
                                 f"CSV files (*.csv), found none in {sources}")
-    return out
+    once = {}  # a table reached twice (a directory and the file in it) is read once
+    for p in out:
+        once.setdefault(os.path.realpath(p), p)
+    return list(once.values())
 
 
 def _text(path: pathlib.Path) -> str:
@@ -183,7 +193,7 @@ def _event(found: Found, file: str | None, where: str, cells: dict, names: tuple
                       f"got {b:g} s")
         return
     if file is not None:
-        found.events.append(Event(file, at, at + (b - a), label, where))
+        found.events.append(Event(found.one(file), at, at + (b - a), label, where))
 
 
 def _header(found: Found, table: pathlib.Path, have: list[str], need: list[str],
@@ -209,7 +219,7 @@ def read_raven(found: Found, table: pathlib.Path, cols: Columns, audio_dir: str,
     offset_c = RAVEN_OFFSET if path_c and RAVEN_OFFSET in header else None
     file = None if path_c else _recording_of(found, table, audio_dir, audio_for)
     if file is not None:
-        found.recordings.setdefault(file, str(table))
+        found.recordings.setdefault(found.one(file), str(table))
     views: dict[tuple, set[str]] = {}  # a selection (number, times, label, file) -> its views
     for i, line in enumerate(lines[1:], 1):
         cells = dict(zip(header, (c.strip() for c in line.split("\t")), strict=False))
@@ -232,7 +242,7 @@ def read_raven(found: Found, table: pathlib.Path, cols: Columns, audio_dir: str,
             row_file = _audio(found, stored, table, f"{where}, column {path_c!r}", audio_dir,
                               path_map)
             if row_file is not None:
-                found.recordings.setdefault(row_file, where)
+                found.recordings.setdefault(found.one(row_file), where)
         _event(found, row_file, where, cells, names, offset_c)
 
 
@@ -256,7 +266,7 @@ def read_csv(found: Found, table: pathlib.Path, cols: Columns, audio_dir: str,
         file = _audio(found, cells[file_c], table, f"{where}, column {file_c!r}", audio_dir,
                       path_map)
         if file is not None:
-            found.recordings.setdefault(file, where)
+            found.recordings.setdefault(found.one(file), where)
         if not any(cells.get(c) for c in names):
             continue  # the recording, without events
         _event(found, file, where, cells, names, None)

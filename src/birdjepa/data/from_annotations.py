@@ -46,6 +46,7 @@ import birdjepa.common.errors as errors
 import birdjepa.data.annotation_tables as annotation_tables
 import birdjepa.data.audio
 import birdjepa.data.ipc
+import birdjepa.data.paths
 
 AUDIO = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 END_TOLERANCE_S = 0.01
@@ -117,35 +118,55 @@ def check(s: Settings) -> None:
 
 
 def durations(found: annotation_tables.Found) -> dict[str, float]:
-    """Each recording's duration from its header (decoded when the header has no length)."""
+    """Each recording's duration: what its data holds. The header's length, checked by reading
+    its last 0.1 s (a recording whose data stops early, a truncated WAV, is as long as that
+    data, as an OGG's decode finds it); decoded whole when the header has no length."""
     out = {}
     for f, where in sorted(found.recordings.items()):
         try:
-            info = birdjepa.data.audio.info(f)
-            n = info["n_frames"]
-            if n is None:
-                n = len(birdjepa.data.audio.decode(f)[0])
-            out[f] = n / info["sample_rate"]
+            data = birdjepa.data.paths.read_file(f)
+            info = birdjepa.data.audio.info(data)
+            n, sr = info["n_frames"], info["sample_rate"]
+            out[f] = _data_seconds(data) if n is None else _checked_end(data, n / sr)
         except (errors.Error, OSError) as e:
             found.problem(f"{where}: audio file {f!r} cannot be read: "
                           f"{' '.join(str(e).split())}")
     return out
 
 
-def place(found: annotation_tables.Found, dur: dict[str, float]) -> list:
-    """The events, each checked against its recording's length (a start past the end, or an end
-    more than END_TOLERANCE_S after it, is a problem) and cut to it."""
-    out = []
+def _data_seconds(data: bytes) -> float:
+    wave, sr, _seeked, _damage = birdjepa._rs.decode(data)
+    return len(wave) / sr
+
+
+def _checked_end(data: bytes, header_s: float) -> float:
+    """`header_s`, or where the data ends when it stops before (its damage, or a whole decode
+    when even the last 0.1 s lies after it)."""
+    try:
+        _, _, _, damage = birdjepa._rs.decode(data, start_s=max(0.0, header_s - 0.1),
+                                               duration_s=0.1)
+    except errors.EmptyAudioError:
+        return _data_seconds(data)
+    return header_s if damage is None else min(header_s, float(damage["end_s"]))
+
+
+def place(found: annotation_tables.Found, dur: dict[str, float]) -> tuple[list, int]:
+    """(the events cut to their recording's length, how many ran more than END_TOLERANCE_S
+    past its end): an event that starts at or after the end is a problem; one that starts
+    inside and runs past it is cut at the end, counted (a selection drawn to the edge of the
+    spectrogram)."""
+    out, cut = [], 0
     for e in found.events:
         d = dur.get(e.file)
         if d is None:
             continue
-        if e.start >= d or e.end > d + END_TOLERANCE_S:
-            found.problem(f"{e.where}: event [{e.start:g}, {e.end:g}] s lies outside its "
-                          f"recording {e.file!r} ({d:g} s long)")
+        if e.start >= d:
+            found.problem(f"{e.where}: event [{e.start:g}, {e.end:g}] s lies wholly after the "
+                          f"end of its recording {e.file!r} ({d:g} s long)")
             continue
+        cut += e.end > d + END_TOLERANCE_S
         out.append(dataclasses.replace(e, end=min(e.end, d)))
-    return out
+    return out, cut
 
 
 def classes(events: list, names: list[str] | None, drop_unknown: bool, found
@@ -182,11 +203,14 @@ def rows(events: list, dur: dict[str, float], names: list[str], s: Settings):
     """(row dicts, counts, rows per class) of the events or of the windows."""
     index = {n: i for i, n in enumerate(names)}
     stats, per_class, out = collections.Counter(), collections.Counter(), []
-    if s.window_s is None:
-        for e in sorted(events, key=lambda e: (e.file, e.start, e.end, e.label)):
-            out.append({"file": e.file, "start": e.start, "end": e.end,
-                        "labels": [index[e.label]]})
-            per_class[e.label] += 1
+    if s.window_s is None:  # one row per stretch of audio: a duet is one row, two labels
+        same = collections.defaultdict(set)
+        for e in events:
+            same[(e.file, e.start, e.end)].add(e.label)
+        for (f, a, b), labels in sorted(same.items()):
+            out.append({"file": f, "start": a, "end": b,
+                        "labels": sorted(index[x] for x in labels)})
+            per_class.update(labels)
         return out, stats, per_class
     by_file = collections.defaultdict(list)
     for e in events:
@@ -287,7 +311,7 @@ def write(tables: list[str], s: Settings, *, class_names: list[str] | None = Non
     found = annotation_tables.read(tables, cols, audio_dir=s.audio_dir,
                                    audio_for=s.audio_for, path_map=s.path_map)
     dur = durations(found)
-    events = place(found, dur)
+    events, cut = place(found, dur)
     names, events, dropped = classes(events, class_names, s.drop_unknown, found)
     annotation_tables.raise_problems(found.problems)
     out, stats, per_class = rows(events, dur, names, s)
@@ -301,7 +325,8 @@ def write(tables: list[str], s: Settings, *, class_names: list[str] | None = Non
           f"birdjepa from_annotations: {len(out)} {what} from {found.tables} table(s)")
     return {"out_dir": str(out_dir), "rows": len(out), "recordings": len(dur),
             "tables": found.tables, "events": len(found.events), "repeats": found.repeats,
-            "classes": names, "per_class": per_class, "dropped": dropped, "stats": stats}
+            "classes": names, "per_class": per_class, "dropped": dropped, "stats": stats,
+            "cut": cut}
 
 
 def report(r: dict, s: Settings) -> list[str]:
@@ -321,6 +346,8 @@ def report(r: dict, s: Settings) -> list[str]:
     if r["repeats"]:
         lines.append(f"skipped {r['repeats']} Raven row(s) repeating a selection for another "
                      "view")
+    if r.get("cut"):
+        lines.append(f"{r['cut']} event(s) cut at their recording's end (they ran past it)")
     if r["dropped"]:
         lines.append(f"dropped {sum(r['dropped'].values())} event(s) with labels not in "
                      "--classes_from: " + ", ".join(f"{k} {n}" for k, n in
