@@ -114,6 +114,8 @@ def find_tables(sources: list[str]) -> list[pathlib.Path]:
 
 def _text(path: pathlib.Path) -> str:
     data = path.read_bytes()
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 with its byte order mark (Windows)
+        return data.decode("utf-16")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:

@@ -13,6 +13,8 @@ Nyquist, negative means that far below it), use_power=True, use_log_fbank=True.
 
 import dataclasses
 import io
+import math
+import numbers
 import os
 import warnings
 from typing import Any
@@ -141,8 +143,19 @@ def resample(wave: Any, src_sr: int, dst_sr: int, *, channels_first: bool = Fals
     < 1e-3 relative L2 in log-mel terms at 44.1 and 48 kHz (1.2e-3 at 22.05 kHz);
     "rubato-bh2-1024" is the filter before issue 36. `wave` follows `as_mono`'s convention
     (shapes, integer scaling, no empty input)."""
+    for name, sr in (("src_sr", src_sr), ("dst_sr", dst_sr)):
+        if isinstance(sr, bool) or not isinstance(sr, numbers.Real) or not (
+                math.isfinite(sr) and MIN_RATE <= sr <= MAX_RATE):
+            raise _rs.BadArgumentError(f"bad argument {name}: expected a rate in [{MIN_RATE}, "
+                                       f"{MAX_RATE}] Hz, got {sr:g}" if isinstance(
+                                           sr, numbers.Real) else f"bad argument {name}: "
+                                       f"expected a rate in Hz, got {sr!r}")
     return _rs.resample(_wave(wave, channels_first), int(src_sr), int(dst_sr),
                         resampler=resampler)
+
+
+MIN_RATE, MAX_RATE = 1000, 768_000
+"""The sample rates audio is decoded and resampled at (rust/src/decode.rs)."""
 
 
 def fbank(wave: Any, *, sample_rate: float = 32000, channels_first: bool = False,

@@ -42,14 +42,20 @@ SHOWN = 5
 
 def audio_files(sources: list[str]) -> list[pathlib.Path]:
     """Audio files named or found (recursively, regular files only) under directories."""
-    out = []
+    out, odd = [], []
     for s in map(pathlib.Path, sources):
         if s.is_dir():
-            out += sorted(p for p in s.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
+            named = sorted(p for p in s.rglob("*") if p.suffix.lower() in SUFFIXES)
+            out += [p for p in named if p.is_file()]
+            odd += [p for p in named if not p.is_file()]
         elif s.is_file():
             out.append(s)
         else:
             raise FileNotFoundError(f"SRC: expected an audio file or a directory, got {str(s)!r}")
+    if odd:  # a FIFO, a dangling link, a directory named like audio: never opened
+        print(f"warning: skipped {len(odd)} entries named like audio that are not regular "
+              f"files: {', '.join(map(str, odd[:SHOWN]))}"
+              + (f" and {len(odd) - SHOWN} more" if len(odd) > SHOWN else ""), file=sys.stderr)
     if not out:
         raise FileNotFoundError(f"SRC: expected audio files ({' '.join(SUFFIXES)}), found none "
                                 f"in {sources}")

@@ -164,8 +164,14 @@ def resolve(path: str | pathlib.Path) -> list[birdjepa.config.Config]:
         base_path = pathlib.Path(base)
         if not base_path.is_absolute() and not base_path.exists():
             base_path = path.parent / base_path
+        if not base_path.is_file():
+            raise SweepError(f"sweep {path}: BASE: expected a TOML config, got {base!r} (no "
+                             f"such file beside the sweep or in {pathlib.Path.cwd()})")
         base_dict = birdjepa.config.strip_none(dataclasses.asdict(birdjepa.config.load(base_path)))
-    entries = list(module.make_cfgs())
+    entries = module.make_cfgs()
+    if not isinstance(entries, list | tuple):
+        raise SweepError(f"sweep {path}: make_cfgs(): expected a list of configs or dicts, got "
+                         f"{type(entries).__name__}")
     if not entries:
         raise SweepError(f"sweep {path}: make_cfgs() returned no configs")
     cfgs = []

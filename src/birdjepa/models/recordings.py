@@ -63,6 +63,10 @@ def _is_table_dir(p: pathlib.Path) -> bool:
         p / "dataset_dict.json").is_file()
 
 
+TEXT_SUFFIXES = (".txt", ".csv", ".tsv", ".json")
+"""Files a SOURCE may name by mistake (an annotation table): refused by name."""
+
+
 def resolve(args: list[str], audio_column: str = "audio") -> Source:
     """SOURCE arguments as one Source; a clear error for a missing path or a mix of kinds."""
     files, shards, skipped = [], [], []
@@ -84,6 +88,11 @@ def resolve(args: list[str], audio_column: str = "audio") -> Source:
         elif p.exists() and not p.is_file() and not p.is_dir():  # before open() blocks on it
             raise ValueError(f"SOURCE: expected an audio file, a directory or Arrow shards, got "
                              f"{a!r}, {birdjepa.data.paths.kind_of(p.stat())}")
+        elif p.is_file() and p.suffix.lower() in TEXT_SUFFIXES:
+            raise ValueError(f"SOURCE {a!r}: expected an audio file, a directory of audio, "
+                             "Arrow shards or a dataset directory, got a text file (a Raven or "
+                             "CSV table: `python -m birdjepa.sources from_annotations TABLE "
+                             "--out_dir DIR` makes a dataset of its recordings and events)")
         elif p.exists() or (split is not None and pathlib.Path(base).is_dir()):
             shards.append(a)
         else:
