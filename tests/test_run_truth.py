@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 import pathlib
 import re
 import signal
@@ -232,21 +233,49 @@ CTRL_C = textwrap.dedent("""
 """)
 
 
+def _delivered(pid: int, sig: int, timeout: float = 60.0) -> float:
+    """Wait until no thread of `pid` has `sig` pending (the kernel has delivered it: its C
+    handler ran); returns when. Two standard signals sent while the first is still pending
+    are one signal: on a loaded machine a process not scheduled for 0.5 s received two
+    SIGINTs 0.5 s apart as one (issue 47 item 15a), so a second is sent only once the first
+    has been delivered."""
+    bit = 1 << (sig - 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = 0
+        for status in [f"/proc/{pid}/status", *(f"/proc/{pid}/task/{t}/status"
+                                                for t in os.listdir(f"/proc/{pid}/task"))]:
+            try:
+                for line in open(status):
+                    if line.startswith(("SigPnd:", "ShdPnd:")):
+                        pending |= int(line.split()[1], 16)
+            except FileNotFoundError:
+                continue
+        if not pending & bit:
+            return time.perf_counter()
+        time.sleep(0.005)
+    raise AssertionError(f"signal {sig} still pending in {pid} after {timeout} s")
+
+
 @pytest.mark.parametrize("where", ["gc", "c_call"])
 def test_a_second_ctrl_c_always_aborts_within_a_second(where):
     """Item 15: on main a KeyboardInterrupt raised inside a gc callback was swallowed
     (`Exception ignored in _xla_gc_callback`) and the run went on; each Ctrl-C printed a WARNING
-    log line and a message line."""
+    log line and a message line. Issue 47 item 15a: on a loaded machine the process ran on
+    after two SIGINTs 0.5 s apart: the kernel had merged them (a standard signal still pending
+    absorbs the next), so the process saw one. The second is now sent once the first is
+    delivered, and the second's abort is timed from its delivery: load cannot fake or hide it."""
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C, where], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        t0 = time.perf_counter()
+        _delivered(proc.pid, signal.SIGINT)
+        first = proc.stdout.readline()  # its notice: the user has seen it, and presses again
         proc.send_signal(signal.SIGINT)
+        t0 = _delivered(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=30)
+        out = first + out
         seconds = time.perf_counter() - t0
     finally:
         proc.kill()
