@@ -186,3 +186,40 @@ def test_one_recording_named_two_ways_is_read_once(tmp_path):
     assert src.files == [str(recs / "a.wav"), str(recs / "b.wav")]
     said = [str(x.message) for x in w]
     assert any("named 2 recordings again" in m for m in said), said
+
+
+def test_a_full_disk_under_out_is_one_line_and_keeps_the_old_file(tmp_path, capsys,
+                                                                  monkeypatch):
+    """Issue 47 item 20a: a full disk under `embed`/`predict --out` was an OSError traceback
+    (the old file was kept: good). One line naming the file and why, exit 1."""
+    import birdjepa.models.embed_cli as embed_cli
+
+    out = tmp_path / "e.parquet"
+    recordings.write(OURS, out)
+    before = out.read_bytes()
+
+    def full(args):
+        recordings.write(OURS, out)
+
+    def no_space(table, where):
+        raise OSError(errno.ENOSPC, "No space left on device", str(where))
+
+    monkeypatch.setattr(embed_cli, "run", full)
+    monkeypatch.setattr(pyarrow.parquet, "write_table", no_space)
+    assert embed_cli.main(["MODEL", "SRC", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: could not write {out}: No space left on device (the file there "
+                   "before is kept)"], err
+    assert out.read_bytes() == before
+
+
+def test_an_evaluate_out_dir_that_is_a_file_is_refused_before_anything(tmp_path):
+    """Item 20a: an evaluate out_dir that is a file failed only after embedding."""
+    import birdjepa.config
+    import birdjepa.evaluate.runner
+
+    f = tmp_path / "out"
+    f.write_text("a file")
+    with pytest.raises(birdjepa.config.ConfigError, match=r"out_dir: expected a directory \(or "
+                       r"none\), got .*out', a file"):
+        birdjepa.evaluate.runner.check_out_dir(f)

@@ -210,6 +210,9 @@ OUTPUTS = ("results.parquet", "results.csv", "results.md", "results.png", "summa
 def check_out_dir(out: pathlib.Path) -> None:
     """Up front: out_dir holds none of OUTPUTS, or they come with the summary.json of an
     earlier evaluation (which this one replaces); a user's file of such a name is refused."""
+    if out.exists() and not out.is_dir():
+        raise birdjepa.config.ConfigError(f"out_dir: expected a directory (or none), got "
+                                          f"{str(out)!r}, a file")
     present = [n for n in OUTPUTS if (out / n).exists()]
     if not present:
         return

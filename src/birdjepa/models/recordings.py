@@ -394,6 +394,14 @@ def cli_main(parser: cli_args.Parser, run, argv: list[str] | None, what: str) ->
             cols = run(args)
         except (FileNotFoundError, KeyError, ValueError, errors.AudioError) as e:
             return cli_args.fail(e)
+        except OSError as e:  # a full disk, a quota: the earlier file stays (outputs' rule)
+            if e.errno is None or e.filename is None:
+                raise
+            target = outputs.original(pathlib.Path(e.filename).name)
+            path = pathlib.Path(e.filename).with_name(target) if target else e.filename
+            print(f"error: could not write {path}: {e.strerror} (the file there before is "
+                  "kept)", file=sys.stderr)
+            return 1
         except KeyboardInterrupt:  # Ctrl-C: one line; the output is written whole or not at all
             print(f"interrupted: no {what} written", file=sys.stderr)
             return 130
