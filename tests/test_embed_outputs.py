@@ -200,8 +200,9 @@ def test_raven_selection_tables_read_back(run_dir, corpus, tmp_path):  # noqa: F
                              "Class Index", "Padded (s)", "Begin Path", "File Offset (s)"]
     assert [int(r["Selection"]) for r in rows] == list(range(1, len(ref) + 1))
     assert {r["View"] for r in rows} == {"Spectrogram 1"} and {r["Channel"] for r in rows} == {"1"}
-    assert {(float(r["Low Freq (Hz)"]), float(r["High Freq (Hz)"])) for r in rows} == {
-        (20.0, 16000.0)}  # the fbank's band at the model's 32 kHz
+    for r in rows:  # the fbank's band: at most the model's 32 kHz, at most the recording's
+        top = min(SR, soundfile.info(r["Begin Path"]).samplerate) / 2
+        assert (float(r["Low Freq (Hz)"]), float(r["High Freq (Hz)"])) == (20.0, top)
     key = lambda r: (r["file"], round(r["start_s"], 6), str(r["class"]))  # noqa: E731
     want = {key(r): r for r in ref}
     for r in rows:
@@ -379,3 +380,25 @@ def test_dataset_columns_never_overwrite_each_other_or_outputs(run_dir, corpus, 
         assert len(out[vec][i]) > 1  # the embedding, not the dataset's number
     assert {birdjepa.models.columns.carried(c) for c in ("start_s", "source_start_s", "x")} == \
         {"source_start_s", "source_source_start_s", "x"}
+
+
+def test_raven_high_freq_is_the_recordings_nyquist_below_the_models(run_dir, corpus, tmp_path):  # noqa: F811
+    """Issue 47 item 21: an 8 kHz recording's selections said High Freq 16000 Hz (the model's
+    Nyquist), a band Raven draws where the recording has nothing. The band's top is the lower
+    of the model's and the recording's Nyquist frequency, in both layouts."""
+    d = tmp_path / "audio"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    for name, sr in (("narrow", 8000), ("wide", 48000)):
+        soundfile.write(d / f"{name}.wav", 0.1 * rng.standard_normal(2 * sr), sr)
+    common = [str(run_dir), str(d), "--window_s", str(WINDOW), "--min_conf", "0.0", "--quiet",
+              "--format", "raven"]
+    assert birdjepa.models.detect.main([*common, "--out", str(tmp_path / "all.txt")]) == 0
+    assert birdjepa.models.detect.main([*common, "--out_dir", str(tmp_path / "t")]) == 0
+    top = {}
+    for r in _read_raven(tmp_path / "all.txt"):
+        top.setdefault(os.path.basename(r["Begin Path"]), set()).add(float(r["High Freq (Hz)"]))
+    assert top == {"narrow.wav": {4000.0}, "wide.wav": {SR / 2}}
+    for name, want in (("narrow", 4000.0), ("wide", SR / 2)):
+        rows = _read_raven(tmp_path / "t" / f"{name}.selections.txt")
+        assert rows and {float(r["High Freq (Hz)"]) for r in rows} == {want}

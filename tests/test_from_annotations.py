@@ -137,10 +137,11 @@ def test_predicts_raven_tables_read_back_as_their_detections(tmp_path):
            "padded_s": pa.array([0.0, 0.0, 0.0, 0.75])}
     want = {(f, a, b, c) for f, a, b, c in zip(*(det[k].to_pylist() for k in (
         "file", "start_s", "end_s", "class")), strict=True)}
-    raven.write_combined(det, tmp_path / "all.txt", 32000, {f: soundfile.info(f).duration
-                                                            for f in files})
+    high = dict.fromkeys(files, 16000.0)
+    raven.write_combined(det, tmp_path / "all.txt", high, {f: soundfile.info(f).duration
+                                                           for f in files})
     assert float(read_table(tmp_path / "all.txt")[-1]["Begin Time (s)"]) == 4.0 + 2.5 + 2.0
-    raven.write_per_recording(det, tmp_path / "per", files, 32000, raven.names(files))
+    raven.write_per_recording(det, tmp_path / "per", files, high, raven.names(files))
     for name, src in [("c", [str(tmp_path / "all.txt")]),
                       ("p", [str(tmp_path / "per"), "--audio_dir", str(tmp_path / "a")])]:
         assert birdjepa.sources.main(["from_annotations", *src, "--out_dir",

@@ -162,7 +162,7 @@ def test_per_recording_tables_are_named_as_checked_when_a_recording_fails(tmp_pa
            "class": pa.array(["amerob"]), "confidence": pa.array([0.9]),
            "class_index": pa.array([0]), "padded_s": pa.array([0.0])}
     names = raven.names(sorted(files))
-    written = raven.write_per_recording(det, out, [files[1]], 32000, names)
+    written = raven.write_per_recording(det, out, [files[1]], {files[1]: 16000.0}, names)
     assert [p.name for p in written] == [f"{names[files[1]]}.selections.txt"]
     assert written[0].name != "x.selections.txt"
     assert (out / "x.selections.txt").read_text() == "a user's table\n"

@@ -105,7 +105,8 @@ def test_a_recording_without_detections_keeps_its_place(tmp_path):
            "end_s": pa.array([1.5, 2.0]), "class": pa.array(["amerob", "norcar"]),
            "confidence": pa.array([0.9, 0.8]), "class_index": pa.array([0, 1]),
            "padded_s": pa.array([0.0, 0.25])}
-    path, listed = raven.write_combined(det, tmp_path / "t.txt", 32000,
+    path, listed = raven.write_combined(det, tmp_path / "t.txt",
+                                         dict.fromkeys(("/x/a.wav", "/x/c.wav"), 16000.0),
                                          {"/x/c.wav": 2.25, "/x/b.wav": 7.0, "/x/a.wav": 3.0})
     assert listed.read_text().splitlines() == ["/x/a.wav", "/x/b.wav", "/x/c.wav"]
     rows = read_table(path)
@@ -142,7 +143,8 @@ def test_begin_path_is_the_path_as_it_is(tmp_path):
            "end_s": pa.array([1.0]), "class": pa.array(["amerob"]),
            "confidence": pa.array([0.9]), "class_index": pa.array([0]),
            "padded_s": pa.array([0.0])}
-    path, listed = raven.write_combined(det, tmp_path / "t.txt", 32000,
+    path, listed = raven.write_combined(det, tmp_path / "t.txt",
+                                         {"/x/dawn  chorus.wav": 16000.0},
                                          {"/x/dawn  chorus.wav": 3.0, "/x/dawn chorus.wav": 2.0})
     assert [r["Begin Path"] for r in read_table(path)] == ["/x/dawn  chorus.wav"]
     assert "/x/dawn  chorus.wav" in listed.read_text().splitlines()

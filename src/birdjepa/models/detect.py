@@ -54,8 +54,10 @@ def parser() -> cli_args.Parser:
     return p
 
 
-def probabilities(m: artifact.Model, src: recordings.Source, args) -> tuple[dict, np.ndarray]:
-    """(where columns of every window, (windows, classes) probabilities)."""
+def probabilities(m: artifact.Model, src: recordings.Source, args,
+                  rates: dict | None = None) -> tuple[dict, np.ndarray]:
+    """(where columns of every window, (windows, classes) probabilities); `rates` is filled
+    (row -> the recording's own sample rate)."""
     if m.head is None:
         raise ValueError(f"MODEL {m.source!r} has no class head (an imported encoder): train a "
                          "supervised or probe run on it (init_encoder) and predict with that run")
@@ -65,7 +67,7 @@ def probabilities(m: artifact.Model, src: recordings.Source, args) -> tuple[dict
     out = recordings.encode(m, src, w, (pool,), batch_size=args.batch_size,
                         n_workers=args.n_workers, audio_column=args.audio_column,
                         progress=not args.quiet, durations=durations,
-                        settings=recordings.files(args))
+                        settings=recordings.files(args), rates=rates)
     emb = jnp.asarray(out[pool].reshape(len(out["row"]), -1))
     logits = np.asarray(eqx.filter_jit(lambda h, x: h(x))(m.head, emb))
     kind = m.activation if args.activation == "auto" else args.activation
@@ -144,15 +146,18 @@ def run(args: argparse.Namespace) -> dict:
     if args.format == "raven" and args.out is not None:  # the file list beside the table
         recordings.check_out(raven.list_path(args.out), (".txt",), "--out", args.overwrite)
     m = artifact.open_model(args.model)
-    where, probs = probabilities(m, src, args)
+    rates: dict[int, int] = {}
+    where, probs = probabilities(m, src, args, rates)
     cols = rows(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
+    if args.format == "raven":
+        high = raven.band_top(m.audio["sample_rate"], {src.files[r]: sr for r, sr in rates.items()})
     if args.format == "raven" and args.out_dir is not None:
         raven.write_per_recording(cols, args.out_dir, sorted(set(where["file"].to_pylist())),
-                                  m.audio["sample_rate"], table_names)
+                                  high, table_names)
     elif args.format == "raven":
         durations = dict(zip(where["file"].to_pylist(), where["duration_s"].to_pylist(),
                              strict=True))
-        raven.write_combined(cols, args.out, m.audio["sample_rate"], durations)
+        raven.write_combined(cols, args.out, high, durations)
     else:
         recordings.write(cols, args.out)
     return cols

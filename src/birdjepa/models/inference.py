@@ -171,7 +171,8 @@ def _items(source, audio_column: str, channels_first: bool = False, *, audio_roo
 
 def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB):
     """(duration_s, window starts, window(start) -> (normalised features, None or where the
-    data stops early), None or why the data stops early) of one recording (a path: a regular
+    data stops early), None or why the data stops early, the recording's own sample rate) of one
+    recording (a path: a regular
     file of at most `max_audio_mb` MB, birdjepa.data.paths.read_file). A recording without a
     length in its header is decoded to count: its length is what the data holds."""
     if item is None:
@@ -189,7 +190,7 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
             return w.normalise(birdjepa.data.audio.fbank(piece, sample_rate=w.sample_rate,
                                                          n_mels=w.n_mels),
                                len(x[a : a + win]) / w.sample_rate), None, s
-        return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut, None
+        return len(x) / w.sample_rate, w.starts(len(x), w.sample_rate), cut, None, sr
     data = (birdjepa.data.paths.read_file(item, max_audio_mb) if isinstance(item, str | os.PathLike)
             else birdjepa.data.audio._bytes(item))
     info = birdjepa.data.audio.info(data)
@@ -225,7 +226,7 @@ def _plan(item, w: Windows, max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_
                                          f"{end:g} s ({dmg['message']})")
         return w.normalise(feats, min(w.window_s, (end if end is not None else n / sr) - s)), \
             dmg, s
-    return n / sr, w.starts(n, sr), clip, damage
+    return n / sr, w.starts(n, sr), clip, damage, sr
 
 
 def _data_seconds(data: bytes) -> float:
@@ -235,13 +236,13 @@ def _data_seconds(data: bytes) -> float:
 
 
 def _window_tasks(items, w: Windows, failures: birdjepa.models.failures.Failures, durations: dict | None,
-                  max_audio_mb: float):
+                  max_audio_mb: float, rates: dict | None = None):
     """(row, name, start_s, features thunk) per window, recording after recording; a recording
     whose header cannot be read is a counted failure."""
     for row, name, item in items:
         failures.n_items += 1
         try:
-            dur, starts, fn, damage = _plan(item, w, max_audio_mb)
+            dur, starts, fn, damage, sr = _plan(item, w, max_audio_mb)
         except birdjepa.models.failures.SKIPPED as e:
             failures.add(name, e)
             continue
@@ -249,19 +250,21 @@ def _window_tasks(items, w: Windows, failures: birdjepa.models.failures.Failures
             failures.damaged[name] = damage
         if durations is not None:
             durations[row] = dur
+        if rates is not None:
+            rates[row] = sr
         for s in starts:
             yield row, name, s, fn
 
 
 def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures: birdjepa.models.failures.Failures,
-                   durations: dict | None, max_audio_mb: float):
+                   durations: dict | None, max_audio_mb: float, rates: dict | None = None):
     """Windows transformed in `n_workers` threads, at most ~2 batches ahead of the consumer
     (memory flat in the number and length of recordings), regrouped into full batches (only the
     last is short). A window that fails drops the rest of its recording (named in failures),
     unless the recording's data stops early (a truncated file): then the windows up to the damage
     are kept (the last one padded: `durations` becomes where the data ends), the ones after it
     dropped, and the recording is named in `failures.damaged`."""
-    tasks = _window_tasks(items, w, failures, durations, max_audio_mb)
+    tasks = _window_tasks(items, w, failures, durations, max_audio_mb, rates)
     ahead = max(2 * batch_size, 4 * n_workers)
     queue, failed = collections.deque(), set()
     xs, rows, starts = [], [], []
@@ -343,15 +346,15 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
              n_workers: int = 2, engine: str = "auto", channels_first: bool = False,
              durations: dict | None = None, failures: birdjepa.models.failures.Failures | None = None,
              audio_root: str = "", path_map: dict[str, str] | None = None,
-             max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB
+             max_audio_mb: float = birdjepa.data.paths.MAX_AUDIO_MB, rates: dict | None = None
              ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Batches (x (b, n_frames, n_mels) float32, row ids (b,), start_s (b,)); a batch may be
     short. `engine`: "loader" batches centre windows of shards or a `datasets.Dataset` through
     the Rust loader's eval mode; "clip" transforms each window with `birdjepa.data.audio.clip` in
     `n_workers` threads (the Rust code drops the GIL), about two batches of windows ahead of the
     consumer and regrouped so only the last batch is short; "auto" takes the loader where it
-    applies (centre windows of a table source). "clip" fills `durations` (row -> seconds) when
-    given; with `failures` given the caller reports them (`birdjepa.models.failures.Failures.report`), else a recording
+    applies (centre windows of a table source). "clip" fills `durations` (row -> seconds) and
+    `rates` (row -> the recording's own sample rate in Hz) when given; with `failures` given the caller reports them (`birdjepa.models.failures.Failures.report`), else a recording
     that fails is a counted skip with one warning at the end (all failing: an error). Path-only
     rows of a table resolve with `audio_root` / `path_map` (birdjepa.data.paths.resolve, the
     loader's rule) and are read only if they are regular files within `max_audio_mb` MB."""
@@ -372,7 +375,8 @@ def features(source, w: Windows, *, batch_size: int = 64, audio_column: str = "a
     fails = birdjepa.models.failures.Failures() if failures is None else failures
     items = _items(source, audio_column, channels_first, audio_root=audio_root,
                    path_map=path_map)
-    yield from _clip_features(items, w, batch_size, n_workers, fails, durations, max_audio_mb)
+    yield from _clip_features(items, w, batch_size, n_workers, fails, durations, max_audio_mb,
+                              rates)
     if failures is None:
         fails.report()
 

@@ -3,8 +3,9 @@ tab-separated row per detection, with the columns Raven opens (`Selection`, `Vie
 `Begin Time (s)`, `End Time (s)`, `Low Freq (Hz)`, `High Freq (Hz)`) plus `Species`,
 `Confidence`, `Class Index` and `Padded (s)` (seconds of zero padding past the recording's end
 in the detection's window: the last window of a recording is padded, and says so). The band is
-the model's: the fbank's lowest frequency (Kaldi's low_freq, 20 Hz, which
-`birdjepa.data.audio.clip` uses) to the Nyquist frequency of the model's sample rate.
+what the model heard of the recording: the fbank's lowest frequency (Kaldi's low_freq, 20 Hz,
+which `birdjepa.data.audio.clip` uses) to the lower of the model's and the recording's Nyquist
+frequency (an 8 kHz recording resampled to a 32 kHz model holds nothing above 4 kHz).
 
 One `<recording>.selections.txt` per recording (`write_per_recording`, header only when a
 recording has no detection): times within the recording. Or one combined table over every
@@ -41,9 +42,16 @@ def _cell(v) -> str:
     return " ".join(str(v).split())  # no tab or newline inside a cell
 
 
-def _lines(det: dict[str, pa.Array], idx: list[int], sample_rate: int,
+def band_top(model_rate: int, rates: dict[str, int]) -> dict[str, float]:
+    """{recording: its selections' High Freq (Hz)}: the lower of the model's and the
+    recording's own Nyquist frequency (`rates`: recording -> its sample rate)."""
+    return {f: min(float(model_rate), float(r)) / 2.0 for f, r in rates.items()}
+
+
+def _lines(det: dict[str, pa.Array], idx: list[int], high_hz: dict[str, float],
            offsets: dict[str, float] | None) -> list[str]:
-    """Header and rows `idx`; with `offsets` (file -> sequence offset) the combined layout."""
+    """Header and rows `idx`; `high_hz` (file -> the band's top, `band_top`); with `offsets`
+    (file -> sequence offset) the combined layout."""
     cols = COLUMNS + DETECTION + (COMBINED if offsets is not None else ())
     out = ["\t".join(cols)]
     start, end = det["start_s"].to_pylist(), det["end_s"].to_pylist()
@@ -53,7 +61,7 @@ def _lines(det: dict[str, pa.Array], idx: list[int], sample_rate: int,
     for n, i in enumerate(idx, 1):
         at = 0.0 if offsets is None else offsets[files[i]]
         row = [n, "Spectrogram 1", 1, at + float(start[i]), at + float(end[i]), LOW_FREQ_HZ,
-               sample_rate / 2.0, cls[i], float(conf[i]), k[i], float(padded[i])]
+               high_hz[files[i]], cls[i], float(conf[i]), k[i], float(padded[i])]
         cells = list(map(_cell, row))
         if offsets is not None:  # the path as it is: whitespace runs are part of a name
             cells += [os.path.abspath(files[i]), _cell(float(start[i]))]
@@ -77,10 +85,12 @@ def sequence(durations: dict[str, float]) -> dict[str, float]:
     return offsets
 
 
-def write_combined(det: dict[str, pa.Array], path: str | os.PathLike, sample_rate: int,
-                   durations: dict[str, float]) -> tuple[pathlib.Path, pathlib.Path]:
+def write_combined(det: dict[str, pa.Array], path: str | os.PathLike,
+                   high_hz: dict[str, float], durations: dict[str, float]
+                   ) -> tuple[pathlib.Path, pathlib.Path]:
     """Every detection in one table on the file sequence of `durations` (recording -> seconds,
-    every recording read), ordered by sequence time; and its file list. Returns both paths."""
+    every recording read), ordered by sequence time; and its file list. Returns both paths.
+    `high_hz`: recording -> its High Freq (`band_top`)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     offsets = sequence(durations)
@@ -89,7 +99,7 @@ def write_combined(det: dict[str, pa.Array], path: str | os.PathLike, sample_rat
     if missing:
         raise ValueError(f"raven: detections of {missing[0]!r}, a recording without a duration")
     idx = sorted(range(len(files)), key=lambda i: (offsets[files[i]] + start[i], files[i]))
-    outputs.write_text(path, "\n".join(_lines(det, idx, sample_rate, offsets)) + "\n")
+    outputs.write_text(path, "\n".join(_lines(det, idx, high_hz, offsets)) + "\n")
     listed = list_path(path)
     outputs.write_text(listed, "".join(os.path.abspath(f) + "\n" for f in offsets))
     outputs.record(path, listed)
@@ -126,7 +136,7 @@ def names(files: list[str]) -> dict[str, str]:
 
 
 def write_per_recording(det: dict[str, pa.Array], out_dir: str | os.PathLike,
-                        recordings: list[str], sample_rate: int,
+                        recordings: list[str], high_hz: dict[str, float],
                         table_names: dict[str, str]) -> list[pathlib.Path]:
     """One `<name>.selections.txt` per recording in `recordings` (all that were read), named by
     `table_names` (`names` of every SOURCE recording, as checked before any compute: the names
@@ -141,7 +151,7 @@ def write_per_recording(det: dict[str, pa.Array], out_dir: str | os.PathLike,
     for f in dict.fromkeys(recordings):
         idx = sorted(groups.get(f, []), key=lambda i: start[i])
         path = out_dir / f"{table_names[f]}.selections.txt"
-        outputs.write_text(path, "\n".join(_lines(det, idx, sample_rate, None)) + "\n")
+        outputs.write_text(path, "\n".join(_lines(det, idx, high_hz, None)) + "\n")
         outputs.record(path)
         written.append(path)
     return written

@@ -230,14 +230,14 @@ def check_files(src: Source, audio_column: str, settings: dict) -> None:
 def encode(m: artifact.Model, src: Source, w: inference.Windows, pools: tuple[str, ...], *,
            batch_size: int = 64, n_workers: int = 2, audio_column: str = "audio",
            progress: bool = True, durations: dict | None = None,
-           settings: dict | None = None) -> dict[str, np.ndarray]:
+           settings: dict | None = None, rates: dict | None = None) -> dict[str, np.ndarray]:
     """`birdjepa.models.inference.encode` over the windows of `src`, with a progress bar;
-    `durations` (row -> seconds) is filled; `settings`: `files(args)`. Recordings that fail
+    `durations` (row -> seconds) and `rates` (row -> the recording's own Hz) are filled; `settings`: `files(args)`. Recordings that fail
     are counted skips, summed up by kind in one warning at the end (all failing: an error)."""
     failures = birdjepa.models.failures.Failures(what="SOURCE")
     batches = inference.features(src.data, w, batch_size=batch_size, audio_column=audio_column,
                              n_workers=n_workers, engine="clip", durations=durations,
-                             failures=failures, **(settings or files(None)))
+                             failures=failures, rates=rates, **(settings or files(None)))
     bar = Progress(len(src), progress)
     try:
         out = inference.encode(m.encoder, batches, pools, batch_size=batch_size, progress=bar)
