@@ -81,3 +81,86 @@ def test_from_files_names_what_it_skips_because_it_is_not_a_regular_file(tmp_pat
     line = next((x for x in err.splitlines() if "not regular files" in x), "")
     assert "3 entries" in line and "pipe.wav" in line, err
     assert pathlib.Path(tmp_path / "ds").is_dir()
+
+
+def _windows_table(tmp_path, begin_path: str) -> pathlib.Path:
+    """A combined Raven table, as Raven on Windows saves it, whose one selection names
+    `begin_path`."""
+    table = tmp_path / "win.txt"
+    table.write_text("Selection\tView\tChannel\tBegin Time (s)\tEnd Time (s)\tSpecies\t"
+                     f"Begin Path\tFile Offset (s)\n1\tSpectrogram 1\t1\t0.2\t0.8\tamerob\t"
+                     f"{begin_path}\t0.2\n")
+    return table
+
+
+@pytest.mark.parametrize("key", [r"C:\Users\ana\Recordings", "C:/Users/ana/Recordings",
+                                 "c:\\users\\ana\\recordings\\"])
+def test_a_windows_begin_path_is_mapped_by_path_map(tmp_path, capsys, key):
+    """A Windows `Begin Path` (`C:\\Users\\...`) could not be mapped by any --path_map spelling
+    and the suggested --audio_dir could not work: it is an absolute path, mapped component by
+    component whatever the separators (and the drive's case: Windows ignores it)."""
+    (tmp_path / "here").mkdir()
+    soundfile.write(tmp_path / "here" / "dawn.wav", np.zeros(SR, np.float32), SR)
+    table = _windows_table(tmp_path, r"C:\Users\ana\Recordings\dawn.wav")
+    assert birdjepa.sources.main(["from_annotations", str(table), "--out_dir",
+                                  str(tmp_path / "ds"), "--path_map",
+                                  f"{key}={tmp_path / 'here'}"]) == 0, capsys.readouterr().err
+    import datasets
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    assert ds["filepath"] == [str(tmp_path / "here" / "dawn.wav")]
+
+
+def test_an_unmapped_windows_begin_path_suggests_the_path_map_that_would_work(tmp_path, capsys):
+    table = _windows_table(tmp_path, r"C:\Users\ana\Recordings\dawn.wav")
+    assert birdjepa.sources.main(["from_annotations", str(table), "--out_dir",
+                                  str(tmp_path / "ds")]) == 2
+    err = capsys.readouterr().err
+    assert "a Windows path" in err and "--path_map 'C:\\Users\\ana\\Recordings=DIR'" in err, err
+    assert "--audio_dir" not in err, err
+
+
+def _one_table(tmp_path) -> pathlib.Path:
+    soundfile.write(tmp_path / "dawn.wav", np.zeros(SR, np.float32), SR)
+    table = tmp_path / "dawn.selections.txt"
+    table.write_text("Selection\tView\tChannel\tBegin Time (s)\tEnd Time (s)\tSpecies\n"
+                     "1\tSpectrogram 1\t1\t0.2\t0.8\tamerob\n")
+    return table
+
+
+def test_from_annotations_writes_into_an_empty_out_dir_given_as_a_symlink_or_dot(
+        tmp_path, capsys, monkeypatch):
+    """An out_dir that is a symlink said "[Errno 20] Not a directory", `--out_dir .` said
+    "[Errno 22] Invalid argument": an empty directory however named is written into (the link
+    kept, the current directory still the one the shell is in)."""
+    import datasets
+    table = _one_table(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert birdjepa.sources.main(["from_annotations", str(table), "--out_dir",
+                                  str(tmp_path / "link")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "link").is_symlink()
+    assert len(datasets.load_from_disk(str(tmp_path / "real"))) == 1
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    before = os.stat(".")
+    assert birdjepa.sources.main(["from_annotations", str(table), "--out_dir", "."]) == 0, \
+        capsys.readouterr().err
+    assert os.path.samestat(before, os.stat(tmp_path / "cwd"))  # the same directory, filled
+    assert len(datasets.load_from_disk(str(tmp_path / "cwd"))) == 1
+    assert sorted(os.listdir(tmp_path / "cwd")) == sorted(os.listdir(tmp_path / "real"))
+
+
+def test_a_fifo_table_or_recording_is_named_as_what_it_is(tmp_path, capsys):
+    """A FIFO table or FIFO audio was reported as "does not exist"."""
+    os.mkfifo(tmp_path / "pipe.selections.txt")
+    assert birdjepa.sources.main(["from_annotations", str(tmp_path / "pipe.selections.txt"),
+                                  "--out_dir", str(tmp_path / "ds")]) != 0
+    err = capsys.readouterr().err
+    assert "FIFO" in err and "does not exist" not in err, err
+    table = _one_table(tmp_path)
+    (tmp_path / "dawn.wav").unlink()
+    os.mkfifo(tmp_path / "dawn.wav")
+    assert birdjepa.sources.main(["from_annotations", str(table), "--out_dir",
+                                  str(tmp_path / "ds")]) != 0
+    err = capsys.readouterr().err
+    assert "dawn.wav" in err and "FIFO" in err and "does not exist" not in err, err

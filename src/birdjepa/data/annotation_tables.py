@@ -19,9 +19,12 @@ and CSV files, for `python -m birdjepa.sources from_annotations` (birdjepa.data.
   end and label are all empty lists a recording without events.
 
 Relative audio paths resolve against `audio_dir`, or the table's own directory (after
-`path_map`, birdjepa.data.paths' rule). Every problem (a missing column, a cell that is not a
-number, an end not after its start, a file that does not exist) is one line naming the table,
-the row (1 = the first row under the header; its line in the file is one more) and the column
+`path_map`, birdjepa.data.paths' rule). A Windows path (`C:\\Users\\...`, `\\\\server\\share\\...`:
+what Raven on Windows saves) is absolute: a `path_map` key naming its folder in either separator
+and any case (Windows ignores it) maps it; an unmapped one is a problem that says which
+`--path_map` would. Every problem (a missing column, a cell that is not a number, an end not
+after its start, a file that does not exist, or is a FIFO or a directory) is one line naming the
+table, the row (1 = the first row under the header; its line in the file is one more) and the column
 or path; `read` gathers them all, and `raise_problems` raises them as one BadArgumentError."""
 
 import csv
@@ -100,6 +103,10 @@ def find_tables(sources: list[str]) -> list[pathlib.Path]:
                 p.name.endswith(".selections.txt") or p.suffix.lower() == ".csv"))
         elif s.is_file():
             out.append(s)
+        elif s.exists():
+            raise errors.BadArgumentError(
+                f"TABLE: expected an annotation table or a directory of them, got {str(s)!r}, "
+                f"which is {paths.kind_of(s.stat())}")
         else:
             raise FileNotFoundError(f"TABLE: expected an annotation table or a directory of "
                                     f"them, got {str(s)!r}, which does not exist")
@@ -134,15 +141,47 @@ def _number(found: Found, where: str, column: str, cell) -> float | None:
     return x
 
 
+WINDOWS_PATH = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
+"""A Windows absolute path: a drive (`C:\\`, `C:/`) or a UNC share (`\\\\server\\share`)."""
+
+
+def map_windows(stored: str, path_map) -> str | None:
+    """Windows path `stored` with the longest `path_map` key naming one of its folders replaced
+    (keys compared with either separator and in any case), or None when no key does."""
+    s = stored.replace("\\", "/")
+    best = None
+    for k, v in (path_map or {}).items():
+        key = k.replace("\\", "/").rstrip("/")
+        if WINDOWS_PATH.match(k) and (s.lower() == key.lower() or s.lower().startswith(
+                key.lower() + "/")) and (best is None or len(key) > best[0]):
+            best = (len(key), v.rstrip("/") + s[len(key):])
+    return best and best[1]
+
+
 def _audio(found: Found, stored: str, table: pathlib.Path, where: str, audio_dir: str,
            path_map) -> str | None:
     """The recording `stored` names (resolved), or None after a problem naming it."""
+    if WINDOWS_PATH.match(stored):
+        mapped = map_windows(stored, path_map)
+        if mapped is None:
+            folder = stored[:max(stored.rfind("\\"), stored.rfind("/"))] or stored
+            found.problem(f"{where}: audio file {stored!r} is a Windows path; --path_map "
+                          f"'{folder}=DIR' says where its folder is on this machine")
+            return None
+        stored, path_map = mapped, None
     path = paths.resolve(stored, str(table.parent), audio_dir, path_map)
-    if not os.path.isfile(path):
+    try:
+        st = os.stat(path)
+    except OSError:
         hint = ("--path_map OLD=NEW" if os.path.isabs(paths.map_path(stored, path_map))
                 else "--audio_dir DIR")
         found.problem(f"{where}: audio file {path!r} does not exist (stored as {stored!r}; "
                       f"{hint} says where it is)")
+        return None
+    try:
+        paths.usable(path, st, 0)
+    except errors.Error as e:
+        found.problem(f"{where}: {e}")
         return None
     return os.path.abspath(path)
 
@@ -158,12 +197,13 @@ def _recording_of(found: Found, table: pathlib.Path, audio_dir: str,
     stem = re.sub(r"\.Table\.\d+$", "", table.name.removesuffix(".txt").removesuffix(
         ".selections"))
     where = pathlib.Path(audio_dir or table.parent)
-    if pathlib.Path(stem).suffix.lower() in AUDIO_SUFFIXES and (where / stem).is_file():
-        return os.path.abspath(where / stem)
-    hits = sorted(p for p in where.glob(f"{glob.escape(stem)}.*")
-                  if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()) if where.is_dir() else []
+    if pathlib.Path(stem).suffix.lower() in AUDIO_SUFFIXES and (where / stem).exists():
+        return _audio(found, os.path.abspath(where / stem), table, str(table), "", None)
+    hits = sorted(p for p in where.glob(f"{glob.escape(stem)}.*")  # a FIFO too: named below
+                  if p.suffix.lower() in AUDIO_SUFFIXES and p.exists() and not p.is_dir()
+                  ) if where.is_dir() else []
     if len(hits) == 1:
-        return os.path.abspath(hits[0])
+        return _audio(found, os.path.abspath(hits[0]), table, str(table), "", None)
     got = "found " + ", ".join(p.name for p in hits) if hits else "found none"
     found.problem(f"{table}: expected one recording named {stem}.<{'|'.join(s[1:] for s in AUDIO_SUFFIXES)}> "
                   f"in {str(where)!r} for this table (no Begin Path column), {got}; name it "

@@ -278,17 +278,25 @@ def write_state(directory: pathlib.Path, tbl: pa.Table, description: str) -> Non
 
 
 def _save(tbl: pa.Table, out_dir: pathlib.Path, description: str) -> None:
-    """`tbl` as a save_to_disk directory, written beside `out_dir` and renamed into place."""
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    """`tbl` as a save_to_disk directory. A new `out_dir`: written beside it and renamed into
+    place. An existing empty one (checked before; a symlink to one, or `.`): written into a
+    temporary directory inside it and its files moved up, state.json last (what
+    `load_from_disk` opens by), so the directory itself (the link, the shell's current
+    directory) stays what it is."""
+    inside = out_dir.is_dir()
+    tmp = (out_dir / f".from_annotations.tmp-{os.getpid()}" if inside
+           else out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         with pa.OSFile(str(tmp / SHARD), "wb") as f, pa.ipc.new_stream(f, tbl.schema) as w:
             w.write_table(tbl)
         write_state(tmp, tbl, description)
-        if out_dir.is_dir():
-            out_dir.rmdir()  # empty (checked before)
-        os.rename(tmp, out_dir)
+        if not inside:
+            os.rename(tmp, out_dir)
+            return
+        for name in sorted(os.listdir(tmp), key=lambda n: n == "state.json"):
+            os.rename(tmp / name, out_dir / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
