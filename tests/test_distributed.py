@@ -229,3 +229,24 @@ def test_dead_peer_makes_survivor_exit_nonzero(tiny_corpus, tmp_path):
     assert "Connection closed by peer" in log or "Connection reset by peer" in log, log
     assert rc == -signal.SIGABRT, log  # aborted from C++ (exit status 134 in a shell)
     assert elapsed < hb + 15, log
+
+
+def test_a_run_outside_submitit_never_imports_it_and_keeps_the_users_logging():
+    """Importing submitit runs `logging.config.dictConfig`, which closes every logging handler
+    of the process: a training started in a notebook (or under pytest) outside a submitit job
+    had its log handlers closed and, through absl's handler, the stderr it wrote to (pytest's
+    capture: "I/O operation on closed file"). Outside a job submitit is not imported at all."""
+    code = """
+import logging, sys, io
+stream = io.StringIO()
+logging.getLogger().addHandler(logging.StreamHandler(stream))
+import birdjepa.config, birdjepa.runtime.distributed as d
+topo = d.initialize(birdjepa.config.Config().distributed)
+logging.getLogger().warning("still here")
+print(topo.process_count, "submitit" in sys.modules, stream.getvalue().strip())
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUBMITIT_", "SLURM_"))}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**env, "JAX_PLATFORMS": "cpu"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[0] == "1 False still here", p.stdout

@@ -94,6 +94,8 @@ def _train_cli(monkeypatch, cfg, loaders=tiny.tiny_loaders) -> tuple[int, str, s
 
     monkeypatch.setattr(birdjepa.train.cli, "print", recorded, raising=False)
     monkeypatch.setattr(birdjepa.train.run, "print", recorded, raising=False)
+    for name in ("stdout", "stderr"):  # main wraps them (survive_closed_output): put them back
+        monkeypatch.setattr(sys, name, getattr(sys, name))
     rc = birdjepa.train.cli.main([])
     return rc, "".join(said["out"]), "".join(said["err"])
 
@@ -199,3 +201,28 @@ def test_mixup_on_a_single_label_column_is_refused_at_open_and_nothing_is_writte
         birdjepa.train.loop.main(cfg, loaders=tiny.tiny_loaders)
     held = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
     assert not {"config.toml", "metrics.jsonl", "checkpoints", "COMPLETE"} & set(held), held
+
+
+def test_a_real_full_disk_during_training_is_one_line(tiny_corpus, tmp_path):
+    """Issue 47 item 20a: a training on a really full disk (a 700 KiB tmpfs, in its own mount
+    namespace) printed its one error line among up to 164 "Event loop is closed" tracebacks
+    from tensorstore callbacks of the background commit that failed while training went on.
+    Now stderr is the one line."""
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        raise RuntimeError("unshare (util-linux) is needed: apt-get install util-linux")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(f'run_dir = "{disk}/run"\n'
+                   + tiny.tiny_toml(tiny_corpus / "train", n_steps=6, ckpt_every=2))
+    script = (f"mount -t tmpfs -o size=700k tmpfs {disk} && exec {sys.executable} -m "
+              f"birdjepa.pretrain --cfg {cfg}")
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1, p.stderr[-3000:]
+    assert re.match(r"error: checkpoint step \d+ could not be written to .*No space left on "
+                    r"device", lines[0]), lines[0]

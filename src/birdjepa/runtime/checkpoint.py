@@ -237,6 +237,11 @@ class Checkpointer:
         meta = {**meta, integrity.WRITES_MANIFEST: 1}
         args = ocp.args.Composite(state=ocp.args.StandardSave(state),
                                   loader=ocp.args.JsonSave(loader), meta=ocp.args.JsonSave(meta))
+        # A commit that fails in the background (a full disk) leaves tensorstore callbacks that
+        # reach Orbax's closed loop while training goes on, before `_finish` sees the error:
+        # those "Event loop is closed" tracebacks are dropped from now (a failed save keeps the
+        # filter for the rest of the process: its callbacks come later still).
+        integrity.quiet_closed_loop()
         saved = self._mngr.save(step, args=args, force=True)
         if not self.async_save:
             self._finish()

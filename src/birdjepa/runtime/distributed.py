@@ -40,8 +40,17 @@ class Topology:
     """`host:port` of the coordinator, or None for a single process."""
 
 
+SUBMITIT_MARKERS = ("SUBMITIT_EXECUTOR", "SUBMITIT_DEBUG_JOB_ID", "_TEST_CLUSTER_")
+"""The variables one of which submitit's job environments need (submitit/core/plugins.py):
+without them this is no submitit job."""
+
+
 def _submitit_env():
-    """The torch-style distributed environment of the current submitit job, or None."""
+    """The torch-style distributed environment of the current submitit job, or None. Outside a
+    job submitit is not imported: its import runs `logging.config.dictConfig`, which closes
+    every logging handler of the process (a notebook's, absl's and the stderr it writes to)."""
+    if not any(k in os.environ for k in SUBMITIT_MARKERS):
+        return None
     import submitit.helpers
 
     try:

@@ -38,7 +38,7 @@ def wait(mngr, step: int | None, ckpt_dir: pathlib.Path, on_failure) -> None:
 def error(step: int | None, ckpt_dir: pathlib.Path, e: Exception) -> CheckpointWriteError:
     """The one-line error for a save of `step` into `ckpt_dir` that failed with `e`."""
     why = " ".join(str(e).split())
-    why = why if len(why) <= 240 else why[:239] + "…"
+    why = why if len(why) <= 240 else why[:120] + " … " + why[-117:]  # the cause is at the end
     return CheckpointWriteError(
         f"checkpoint step {step} could not be written to {ckpt_dir} ({type(e).__name__}: "
         f"{why}); the steps saved before it are kept: free space and run the same command "
