@@ -5,8 +5,14 @@ pyproject's pythonpath): the Slurm cluster fixture (slurm_cluster.py), tiny run 
 import os
 
 import pytest
+import submitit  # noqa: F401 (imported before any test: see below)
 
 import birdjepa.demo_data
+
+# Importing submitit runs `logging.config.dictConfig`, which closes every logging handler; absl's
+# closes the stream it holds unless that is the current sys.stderr. Imported first inside a test
+# (`birdjepa.launch`, run alone), it closed pytest's global capture ("I/O operation on closed
+# file" at teardown). Here, at start-up, absl's stream is sys.stderr and stays open.
 
 # Runs in tests (and the processes they start) keep no compiled steps between them: no test
 # reads what another compiled (birdjepa.runtime.compiles; test_compiles sets its own directory).

@@ -115,7 +115,7 @@ def exit_status(command: str, argv: list[str]) -> int:
      "a number, got 'soon'"),
     ("birdjepa.evaluate", ["--shots=one"], "error: argument --shots: expected an int"),
     ("birdjepa.embed", ["m", "s", "--out=x", "--window=3"], "error: unknown option --window; "
-     "did you mean --window_s?"),
+     "did you mean --windows or --window_s?"),
     ("birdjepa.sources", ["pack", "src", "--out_dir=d", "--path_map=x"], "error: argument "
      "--path_map: expected OLD=NEW"),
     *[(c, ["--zzz_nope=1"], "error: ") for c in MAINS],

@@ -61,7 +61,7 @@ def probabilities(m: artifact.Model, src: recordings.Source, args,
     if m.head is None:
         raise ValueError(f"MODEL {m.source!r} has no class head (an imported encoder): train a "
                          "supervised or probe run on it (init_encoder) and predict with that run")
-    w = recordings.windows(m, args)
+    w = recordings.windows(m, args, src)
     pool = m.encoder.cfg.pool
     durations: dict[int, float] = {}
     out = recordings.encode(m, src, w, (pool,), batch_size=args.batch_size,
@@ -109,14 +109,17 @@ def detections(model, source, *, window_s: float | None = None, hop_s: float | N
                centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
                activation: str = "auto", batch_size: int = 64, n_workers: int = 2,
                audio_column: str = "audio", audio_root: str = "",
-               path_map: dict[str, str] | None = None) -> dict[str, pa.Array]:
+               path_map: dict[str, str] | None = None, windows: str = "auto"
+               ) -> dict[str, pa.Array]:
     """`birdjepa.detections(model, source)`: the detection rows `python -m birdjepa.predict` writes
     ({column: pyarrow array}; `pyarrow.table(rows)` makes the table). `model`: a run or export
     directory or a `birdjepa.models.Model`; `source`: what SOURCE takes (audio files,
     directories, shards) as a path or a list of them; `window_s` None: the model's clip, as the
     command line and `birdjepa.embeddings`; `audio_root` / `path_map`: where a table's path-only
-    audio is now (birdjepa.data.paths)."""
+    audio is now (birdjepa.data.paths); `windows`: as --windows (a table whose rows are windows
+    gives one per row)."""
     args = argparse.Namespace(window_s=window_s, hop_s=hop_s, centre=centre, top_k=top_k,
+                              windows=windows,
                               min_conf=min_conf, activation=activation, batch_size=batch_size,
                               n_workers=n_workers, audio_column=audio_column, quiet=True,
                               out=None, out_dir=None, format="table", audio_root=audio_root,

@@ -11,7 +11,8 @@ SUFFIXES = (".parquet", ".npz")
 DESCRIPTION = """\
 Embeddings of audio by a trained or imported encoder, through exactly the training transform
 (decode, resample to the model's rate, Kaldi log-mel fbank, normalise). Every recording is cut
-into windows of --window_s seconds starting every --hop_s seconds (or one --centre window). One
+into windows of --window_s seconds starting every --hop_s seconds (or one --centre window); a
+table whose rows are windows (start_time, end_time: a from_annotations split) gives one per row. One
 output row per window: where it came from (file, or dataset row and every other column of the
 dataset, labels included), start_s, end_s (never past the recording's end), duration_s (the
 recording's), padded_s (zero padding past its end in the window), and emb_<pool> vectors (and patch tokens with
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> dict:
     m = artifact.open_model(args.model)
     src = recordings.resolve(args.source, args.audio_column)
     recordings.check_files(src, args.audio_column, recordings.files(args))
-    w = recordings.windows(m, args)
+    w = recordings.windows(m, args, src)
     pools = tuple(dict.fromkeys(args.pool or [m.encoder.cfg.pool]))
     durations: dict[int, float] = {}
     out = recordings.encode(m, src, w, pools + (("patches",) if args.patches else ()),

@@ -306,6 +306,30 @@ def _clip_features(items, w: Windows, batch_size: int, n_workers: int, failures:
         yield np.stack(xs), np.asarray(rows, np.int64), np.asarray(starts, np.float64)
 
 
+def header_durations(source, w: Windows, audio_column: str, files: dict,
+                     rows: set | None = None, *, channels_first: bool = False
+                     ) -> dict[int, float]:
+    """{row: its recording's seconds} from the headers (of `rows`, default all), each file read
+    once however many rows name it (an event-level split names a soundscape per event); a row
+    whose header cannot be read is left out (the loader skipped it, naming it)."""
+    out, seen = {}, {}
+    for r, _name, item in _items(source, audio_column, channels_first,
+                                audio_root=files.get("audio_root", ""),
+                                path_map=files.get("path_map")):
+        if rows is not None and r not in rows:
+            continue
+        key = os.fspath(item) if isinstance(item, str | os.PathLike) else None
+        try:
+            if key is None or key not in seen:
+                dur = _plan(item, w, files.get("max_audio_mb", birdjepa.data.paths.MAX_AUDIO_MB))[0]
+                if key is not None:
+                    seen[key] = dur
+            out[r] = seen[key] if key is not None else dur
+        except birdjepa.models.failures.SKIPPED:
+            continue
+    return out
+
+
 def is_audio_files(source) -> bool:
     """A list or tuple of audio file paths (not Arrow shards): row i is the i-th file."""
     return isinstance(source, list | tuple) and bool(source) and all(
@@ -489,8 +513,8 @@ def embeddings(encoder_or_run_dir, source, *, window_s: float | None = None,
     got = encode(enc, batches, pools, batch_size=batch_size)
     rows = set(got["row"].tolist())
     if rows - set(durations):  # the loader's windows: read the headers
-        durations.update({r: _plan(item, w)[0] for r, _name, item in _items(
-            source, audio_column, channels_first, **files) if r in rows})
+        durations.update(header_durations(source, w, audio_column, files, rows,
+                                          channels_first=channels_first))
     length = w.window_s
     if w.segment == "columns":  # the loader cuts each row's [start, end] exactly
         seg = table.read(source, list(w.segment_columns))

@@ -44,6 +44,9 @@ class Source:
     """Arrow shards, a dataset directory or DIR:SPLIT."""
     columns: list[str] = dataclasses.field(default_factory=list)
     """The table's columns carried into every row (all but the audio column)."""
+    durations: dict[int, float] | None = None
+    """{row: its recording's seconds}, once read from the headers (`windows`, a table whose rows
+    are windows)."""
     skipped: list[str] = dataclasses.field(default_factory=list)
     """Entries of SOURCE directories that are not readable audio files (a dangling symlink, a
     directory named *.wav): counted skips, named in one warning."""
@@ -157,6 +160,12 @@ def add_common(p: cli_args.Parser, *, window_s: float | None = None, out_require
                    help="window start spacing in seconds (default: --window_s, i.e. tiling); "
                    "a window past the recording's end is zero-padded (padded_s says how much)")
     p.add_flag("centre", "one window per recording, at its centre (the loader's eval crop)")
+    p.add_argument("--windows", choices=WINDOW_MODES, default="auto",
+                   help="rows: a table SOURCE's rows are the windows (its start_time and "
+                   "end_time columns: a from_annotations split, BirdSet's event-level test), "
+                   "one per row, cut exactly there and padded to the model's clip (padded_s "
+                   "says how much); recordings: windows over each row's whole recording; auto "
+                   "(default): rows when the table has both columns")
     p.add_argument("--batch_size", type=cli_args.converter(int), default=64,
                    help="windows per encoder call (the last batch is not padded to it)")
     p.add_argument("--n_workers", type=cli_args.converter(int), default=2,
@@ -172,10 +181,86 @@ def add_common(p: cli_args.Parser, *, window_s: float | None = None, out_require
     p.add_flag("quiet", "no progress bar on stderr")
 
 
-def windows(m: artifact.Model, args) -> inference.Windows:
-    """The model's input settings (inference.Windows.for_model) with the command line's windows."""
-    return inference.Windows.for_model(m.audio, window_s=args.window_s, hop_s=args.hop_s,
-                                   centre=args.centre)
+WINDOW_MODES = ("auto", "rows", "recordings")
+ROW_WINDOW_COLUMNS = ("start_time", "end_time")
+"""A table whose rows are windows has both (from_annotations, BirdSet's event-level test)."""
+
+
+def windows(m: artifact.Model, args, src: Source | None = None) -> inference.Windows:
+    """The model's input settings (inference.Windows.for_model) with the command line's windows.
+    A table `src` whose rows are windows (`--windows`; auto: start_time and end_time set, and
+    some row's recording longer than its window) gives each row's [start_time, end_time] (the
+    loader's segment = "columns"), checked row by row before any compute. A table of pre-cut
+    clips (every recording no longer than its row's window: BirdSet's test_5s, whose columns
+    are times in the soundscape it was cut from) is read whole, as the loader's eval crop."""
+    mode = getattr(args, "windows", "auto")
+    has = src is not None and src.files is None and all(
+        c in src.columns for c in ROW_WINDOW_COLUMNS)
+    if mode == "rows" and not has:
+        got = "audio files" if src is None or src.files is not None else \
+            f"a table with columns {src.columns}"
+        raise ValueError(f"--windows rows: expected a table SOURCE with columns start_time and "
+                         f"end_time, got {got}")
+    whole = inference.Windows.for_model(m.audio, window_s=args.window_s, hop_s=args.hop_s,
+                                        centre=args.centre)
+    if mode == "recordings" or not has:
+        return whole
+    start, end = _row_times(src)
+    if mode == "auto" and np.isnan(start).all() and np.isnan(end).all():
+        return whole  # BirdSet's train splits: the columns, null in every row
+    w = inference.Windows.for_model(m.audio, centre=True, segment="columns",
+                                    segment_columns=ROW_WINDOW_COLUMNS)
+    src.durations = inference.header_durations(src.data, w, getattr(args, "audio_column",
+                                                                     "audio"), files(args))
+    rows = np.asarray(sorted(src.durations), np.int64)
+    dur = np.asarray([src.durations[r] for r in rows], np.float64)
+    if mode == "auto" and len(rows) and (dur <= end[rows] - start[rows] + PRECUT_SLACK_S).all():
+        return whole  # pre-cut clips
+    for name, given in (("--window_s", args.window_s is not None),
+                        ("--hop_s", args.hop_s is not None), ("--centre", args.centre)):
+        if given:
+            raise ValueError(f"{name}: SOURCE's rows are windows (its start_time and end_time "
+                             f"columns: one window per row, the row's), so {name} cannot apply; "
+                             "--windows recordings slides windows over whole recordings instead")
+    check_row_windows(src, start, end, w.window_s)
+    return w
+
+
+PRECUT_SLACK_S = 0.1
+"""A recording at most this much longer than its row's window is a pre-cut clip of it."""
+
+
+def _row_times(src: Source) -> tuple[np.ndarray, np.ndarray]:
+    """(start_time, end_time) of every row, float64 seconds, NaN where null."""
+    t = table.read(src.shards, list(ROW_WINDOW_COLUMNS))
+    return tuple(np.asarray(t.column(c).cast("float64").fill_null(float("nan")).to_numpy(),
+                            np.float64) for c in ROW_WINDOW_COLUMNS)
+
+
+def check_row_windows(src: Source, start: np.ndarray, end: np.ndarray, clip_s: float) -> None:
+    """Every row's [start_time, end_time]: finite seconds, 0 <= start < end, at most the model's
+    clip long (a longer row would be cut to its first clip: not the row's window), starting
+    inside its recording (`src.durations`). One ValueError naming the first bad row (0-based,
+    as the `row` column) and how many there are."""
+    dur = np.full(len(start), np.inf)
+    for r, d in (src.durations or {}).items():
+        dur[r] = d
+    checks = (
+        (~(np.isfinite(start) & np.isfinite(end)), "expected finite seconds (a null or NaN "
+         "cell: --windows recordings slides over whole recordings)"),
+        ((start < 0) | (end <= start), "expected 0 <= start_time < end_time"),
+        (end - start > clip_s + 1e-6, f"expected a window at most the model's clip, {clip_s:g} s "
+         "long (`sources from_annotations --window_s` cuts events into windows; "
+         "--windows recordings slides over whole recordings)"),
+        (start >= dur, "expected a window starting inside its recording (a pre-cut clip whose "
+         "columns are times in a longer recording: --windows recordings)"))
+    for bad, why in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"SOURCE {str(src.shards)!r}, row {i}: {why}, got start_time "
+                             f"{start[i]:g} s, end_time {end[i]:g} s ({end[i] - start[i]:g} s"
+                             + (f", the recording {dur[i]:g} s" if np.isfinite(dur[i]) else "")
+                             + f"); {int(bad.sum())} row(s) like it")
 
 
 class Progress:
@@ -235,9 +320,19 @@ def encode(m: artifact.Model, src: Source, w: inference.Windows, pools: tuple[st
     `durations` (row -> seconds) and `rates` (row -> the recording's own Hz) are filled; `settings`: `files(args)`. Recordings that fail
     are counted skips, summed up by kind in one warning at the end (all failing: an error)."""
     failures = birdjepa.models.failures.Failures(what="SOURCE")
-    batches = inference.features(src.data, w, batch_size=batch_size, audio_column=audio_column,
-                             n_workers=n_workers, engine="clip", durations=durations,
-                             failures=failures, rates=rates, **(settings or files(None)))
+    settings = settings or files(None)
+    if w.segment == "columns":  # each row's window, cut by the loader; the lengths from headers
+        batches = inference.features(src.data, w, batch_size=batch_size,
+                                     audio_column=audio_column, n_workers=n_workers,
+                                     engine="loader", **settings)
+        if durations is not None:
+            durations.update(src.durations if src.durations is not None else
+                             inference.header_durations(src.data, w, audio_column, settings))
+    else:
+        batches = inference.features(src.data, w, batch_size=batch_size,
+                                     audio_column=audio_column, n_workers=n_workers,
+                                     engine="clip", durations=durations, failures=failures,
+                                     rates=rates, **settings)
     bar = Progress(len(src), progress)
     try:
         out = inference.encode(m.encoder, batches, pools, batch_size=batch_size, progress=bar)
@@ -262,7 +357,13 @@ def where(src: Source, out: dict[str, np.ndarray], w: inference.Windows,
         taken = meta.take(pa.array(rows))
         for name in src.columns:
             cols[columns.carried(name)] = taken.column(name).combine_chunks()
-    times = columns.timing(rows, out["start_s"], w.window_s, durations)
+    if w.segment == "columns":  # the rows' windows: padded_s is the input past the row's end
+        seg = table.read(src.shards, list(w.segment_columns))
+        start, end = (seg.column(c).to_numpy()[rows] for c in w.segment_columns)
+        times = columns.timing(rows, start, end - start, durations)
+        times["padded_s"] = np.maximum(w.window_s - (times["end_s"] - times["start_s"]), 0.0)
+    else:
+        times = columns.timing(rows, out["start_s"], w.window_s, durations)
     return cols | {k: pa.array(v) for k, v in times.items()}
 
 
