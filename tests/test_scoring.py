@@ -92,3 +92,119 @@ def test_a_row_longer_than_the_models_clip_is_refused_naming_it(run_dir, annotat
                         str(tmp_path / "d.csv")]) == 2
     err = capsys.readouterr().err
     assert "row 2" in err and "6 s" in err and "the model's clip, 5 s" in err, err
+
+
+# -- item 1: a model's own head scored on a labelled split -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def birdset_head(tmp_path_factory):
+    """The BirdSet-shaped demo cache and a run directory of a tiny supervised model whose head
+    has the training split's class names (random weights: the scores only need to vary)."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    import tiny
+
+    import birdjepa.config
+    import birdjepa.demo_data.birdset as birdset
+    import birdjepa.optim
+    import birdjepa.params
+    import birdjepa.runtime.checkpoint
+    import birdjepa.runtime.rundir
+
+    root = tmp_path_factory.mktemp("birdset-head")
+    s = birdset.write(root / "cache", n_recordings=12, n_soundscapes=2, n_segments=6, max_s=6.0)
+    names = table.class_names(s["train"], "ebird_code")
+    run = root / "run"
+    base = tiny.tiny_config("supervised", n_steps=2, run_dir=str(run), n_classes=len(names))
+    cfg = tiny.finalize(dataclasses.replace(base, data=dataclasses.replace(
+        base.data, train_shards=s["train"], eval_shards=s["train"], label_column="ebird_code")))
+    run.mkdir()
+    (run / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(3))
+    tx = birdjepa.optim.make(cfg.optim, params)
+    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
+             "step": jnp.int32(2)}
+    with birdjepa.runtime.checkpoint.Checkpointer(run / "checkpoints", every=1, keep=1) as ck:
+        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
+    birdjepa.runtime.rundir.mark_complete(run, {"steps": 2})
+    return {**s, "run": run, "names": names}
+
+
+def _scores_from_predict(csv, n_rows: int, classes) -> np.ndarray:
+    """predict's table (every class of every row) pivoted to (rows, classes) by class name."""
+    out = np.full((n_rows, len(classes)), np.nan)
+    at = {c: j for j, c in enumerate(classes)}
+    for r in pyarrow.csv.read_csv(csv).to_pylist():
+        if str(r["class"]) in at:
+            out[r["row"], at[str(r["class"])]] = r["confidence"]
+    return out
+
+
+def test_a_heads_cmap_equals_the_metric_of_predicts_own_table(birdset_head, tmp_path):
+    import birdjepa.evaluate
+    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.metrics as metrics
+
+    b = birdset_head
+    got = birdjepa.evaluate.run(config.EvalConfig(
+        heads=(str(b["run"]),), test_shards=b["test_5s"], test_name="demo", n_boot=100,
+        out_dir=str(tmp_path / "eval")), verbose=False)
+    rows = {r["metric"]: r for r in got["rows"]}
+    assert set(rows) == set(metrics.METRICS + metrics.THRESHOLD_METRICS)
+    assert all(r["probe"] == "head" and r["k"] == "all" for r in rows.values())
+    classes = table.class_names(b["test_5s"], "ebird_code_multilabel")
+    y = table.multi_hot(table.read(b["test_5s"], ["ebird_code_multilabel"]),
+                        "ebird_code_multilabel", len(classes))
+    assert detect.main([str(b["run"]), b["test_5s"], "--out", str(tmp_path / "d.csv"),
+                        "--top_k", str(len(b["names"])), "--min_conf", "0", "--quiet"]) == 0
+    scores = _scores_from_predict(tmp_path / "d.csv", len(y), classes)
+    assert np.isfinite(scores).all()
+    assert rows["cmap"]["value"] == pytest.approx(metrics.cmap(scores, y), abs=1e-6)
+    assert rows["top1"]["value"] == pytest.approx(metrics.top1(scores, y), abs=1e-6)
+    # a softmax head decides by its top class: precision and recall of that decision
+    top = scores.argmax(1)
+    tp = np.array([(y[top == c, c]).sum() for c in range(len(classes))])
+    det = np.bincount(top, minlength=len(classes))
+    pos = y.sum(0)
+    has = pos > 0
+    assert rows["recall"]["value"] == pytest.approx((tp[has] / pos[has]).mean(), abs=1e-6)
+    prec = np.where(det > 0, tp / np.maximum(det, 1), 0.0)
+    assert rows["precision"]["value"] == pytest.approx(prec[has].mean(), abs=1e-6)
+    assert rows["cmap"]["lo"] <= rows["cmap"]["value"] <= rows["cmap"]["hi"]
+    per = pyarrow.csv.read_csv(tmp_path / "eval" / "per_class.csv").to_pylist()
+    assert [r["class"] for r in per] == list(classes)
+    assert (tmp_path / "eval" / "results.md").read_text().count("head") >= 1
+
+
+def test_classes_missing_on_either_side_are_reported_and_the_rest_scored(birdset_head,
+                                                                        tmp_path):
+    """The split names a class the model lacks and lacks one the model has: both named; the
+    metrics are over the shared classes."""
+    import datasets
+
+    import birdjepa.evaluate
+    import birdjepa.evaluate.config as config
+
+    b = birdset_head
+    src = table.read(b["test_5s"], table.column_names(b["test_5s"]))
+    classes = table.class_names(b["test_5s"], "ebird_code_multilabel")
+    renamed = [*classes[:-1], "notinmodel"]  # the model's last class is not in the split
+    feats = datasets.Features.from_arrow_schema(src.schema)
+    feats["ebird_code_multilabel"] = datasets.Sequence(datasets.ClassLabel(names=renamed))
+    datasets.Dataset(src.cast(feats.arrow_schema).replace_schema_metadata(None),
+                     ).cast(feats).save_to_disk(str(tmp_path / "renamed"))
+    with pytest.warns(RuntimeWarning) as caught:
+        got = birdjepa.evaluate.run(config.EvalConfig(
+            heads=(str(b["run"]),), test_shards=str(tmp_path / "renamed"), test_name="r",
+            n_boot=100, out_dir=str(tmp_path / "eval")), verbose=False)
+    said = " ".join(str(w.message) for w in caught)
+    assert "1 class(es) of the split the model lacks (not scored): notinmodel" in said, said
+    assert f"1 class(es) of the model the split lacks (ignored): {classes[-1]}" in said, said
+    rep = got["heads"]["r/run"]
+    assert rep["classes_missing"] == ["notinmodel"] and rep["classes_extra"] == [classes[-1]]
+    assert rep["classes_scored"] == len(classes) - 1
+    cmap = next(r for r in got["rows"] if r["metric"] == "cmap")
+    assert cmap["n_classes"] == len(classes) - 1

@@ -57,6 +57,10 @@ class EvalConfig:
     random: tuple[str, ...] = ()
     """Training config TOMLs whose randomly initialised encoder is evaluated (the encoder that
     run would start from: same model, seed and initialisation)."""
+    heads: tuple[str, ...] = ()
+    """Models scored through their own class head on the test split, no probe trained (a run
+    or export directory with a head: birdjepa.evaluate.heads): BirdSet's headline numbers.
+    Their classes are matched to the test split's ClassLabel names; train_shards is unused."""
     train_shards: str = "data/demo/train"
     """Probe training split: focal recordings with one label each (or a list<int> column)."""
     test_shards: str = "data/demo/soundscape"
@@ -152,9 +156,9 @@ def relative_to_toml(tables: dict, toml: str | os.PathLike, *,
     for key in INPUT_PATHS:
         if key in out:
             out[key] = one(out[key], key)
-    for key in ("encoders", "random"):
+    for key in ("encoders", "random", "heads"):
         if isinstance(out.get(key), list):
-            out[key] = [one(v, f"{key}[{i}]", key == "encoders") for i, v in enumerate(out[key])]
+            out[key] = [one(v, f"{key}[{i}]", key != "random") for i, v in enumerate(out[key])]
     if isinstance(out.get("test_sets"), list):
         out["test_sets"] = [{k: one(v, f"test_sets[{i}].{k}") if k in INPUT_PATHS else v
                              for k, v in t.items()} if isinstance(t, dict) else t
@@ -219,8 +223,8 @@ def validate_probe(p: birdjepa.evaluate.probes.ProbeConfig) -> None:
 def validate(cfg: EvalConfig) -> None:
     """ConfigError naming the key, the expected and the actual value (settings only; the data
     and encoders are checked by birdjepa.evaluate.checks before anything is embedded)."""
-    _need(cfg.encoders or cfg.random, "encoders", "at least one run directory (or random)",
-          cfg.encoders)
+    _need(cfg.encoders or cfg.random or cfg.heads, "encoders",
+          "at least one run directory (or random, or heads)", cfg.encoders)
     _need(all(p in birdjepa.evaluate.probes.KINDS for p in cfg.probes), "probes",
           f"values in {birdjepa.evaluate.probes.KINDS}", cfg.probes)
     _need(len(set(cfg.probes)) == len(cfg.probes), "probes", "no repeats", cfg.probes)
@@ -281,7 +285,7 @@ def cli(argv: list[str] | None = None) -> EvalConfig:
     cfg = birdjepa.config.cli(
         argv, EvalConfig, prog="python -m birdjepa.evaluate",
         description="Evaluate frozen encoders with probes on a soundscape test split (BirdSet "
-        "protocol). Load a config with --cfg FILE.toml first; its [[test_sets]] tables (several "
+        "protocol), or score trained models through their own head (--heads MODEL). Load a config with --cfg FILE.toml first; its [[test_sets]] tables (several "
         "test sets) are set in the TOML only. Paths in the TOML are relative to its "
         "directory (out_dir excepted), paths on the command line to the current directory.",
         toml_paths=relative_to_toml)

@@ -33,7 +33,10 @@ import numpy as np
 from jaxtyping import Bool, Float
 
 METRICS = ("cmap", "cmap5", "auroc", "auroc_present", "top1")
-"""Every metric a result row carries, in table order."""
+"""Every ranking metric a result row carries, in table order."""
+THRESHOLD_METRICS = ("precision", "recall", "f1")
+"""Metrics at a model's decision rule (a head's thresholds: birdjepa.evaluate.heads), macro
+over the classes with a positive."""
 
 CMAP5_MIN_POSITIVES = 5
 """cmAP5's class threshold (BirdSet's `sample_threshold`)."""

@@ -110,7 +110,8 @@ def tables(rows: list[dict], *, fmt: str = "text", metric_list=None, ks=None,
     """Every (metric, k) table; `console`: cmAP at every k and the other metrics at k = all."""
     default = not (metric_list or ks)
     present = _unique(r["metric"] for r in rows)
-    mets = [m for m in (metric_list or metrics.METRICS) if m in present]
+    mets = [m for m in (metric_list or metrics.METRICS + metrics.THRESHOLD_METRICS)
+            if m in present]
     all_ks = sorted(_unique(str(r["k"]) for r in rows), key=kkey)
     ks = [str(k) for k in ks] if ks else all_ks
     order = sorted(ks, key=lambda k: -kkey(k))  # k = all first
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="results.parquet / results.csv files, or directories holding one")
     ap.add_argument("--format", choices=("text", "markdown"), default="text",
                     help="tables as aligned text or as Markdown")
-    ap.add_list("metric", choices=metrics.METRICS,
+    ap.add_list("metric", choices=metrics.METRICS + metrics.THRESHOLD_METRICS,
                 help="a metric to show (repeat for more; default: every metric)")
     ap.add_list("k", help="a k value to show, e.g. 1, 5 or all (repeat for more; default: all "
                 "of them)")

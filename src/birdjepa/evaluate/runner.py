@@ -33,6 +33,7 @@ import birdjepa.evaluate.cache as cache
 import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.external as external
+import birdjepa.evaluate.heads as heads
 import birdjepa.evaluate.protocol as protocol
 import birdjepa.evaluate.report as report
 import birdjepa.evaluate.results as results
@@ -203,7 +204,8 @@ def check_finite(emb: dict) -> None:
                 f"its {role} embeddings for test set {test_set!r} (are its weights finite?)")
 
 
-OUTPUTS = ("results.parquet", "results.csv", "results.md", "results.png", "summary.json")
+OUTPUTS = ("results.parquet", "results.csv", "results.md", "results.png", "summary.json",
+           "per_class.csv")
 """The files evaluate writes into out_dir (and its embeddings/ cache)."""
 
 
@@ -233,12 +235,38 @@ def check_out_dir(out: pathlib.Path) -> None:
             "that evaluate did not write; choose another out_dir")
 
 
+def _run_heads(cfg: config.EvalConfig, out: pathlib.Path, t_start: float, verbose: bool) -> dict:
+    """`run` for `heads`: each model's own head on each test set (birdjepa.evaluate.heads),
+    written and printed as the probes' results are."""
+    rows, part = heads.run(cfg, out, verbose=verbose)
+    paths = results.write(rows, out)
+    text = report.tables(rows, fmt=cfg.format, console=True)
+    outputs.write_text(out / "results.md", report.tables(rows, fmt="markdown") + "\n")
+    report.plot(rows, out / "results.png")
+    total = time.perf_counter() - t_start
+    summary = {**part, "timings": {"total_s": total}, "config": dataclasses.asdict(cfg),
+               "results": [str(p) for p in paths]}
+    outputs.write_json(out / "summary.json", summary, indent=1)
+    if verbose:
+        print(text)
+        print(f"total {total:.1f} s; {paths[0]}, {paths[1]}, {out / 'results.md'}, "
+              f"{out / 'per_class.csv'}", flush=True)
+    return {**summary, "rows": rows}
+
+
 def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
     """Evaluate every configured encoder on every test set; returns the summary (also
     out_dir/summary.json) with the result rows under "rows"."""
     t_start, out = time.perf_counter(), pathlib.Path(cfg.out_dir)
     config.validate(cfg)
     check_out_dir(out)
+    if cfg.heads and not (cfg.encoders or cfg.random):
+        return _run_heads(cfg, out, t_start, verbose)
+    if cfg.heads:
+        raise birdjepa.config.ConfigError(
+            "config key 'heads': expected heads alone or encoders alone in one evaluation (a "
+            "head is scored without a training split, probes need one), got both; run them "
+            "with two out_dirs and merge them with python -m birdjepa.evaluate.report")
     plans = checks.build(cfg)
     encoders = load_encoders(cfg)
     for enc in (e for e in encoders if e.model is None):
