@@ -6,7 +6,7 @@ import sys
 import birdjepa.common.cli_args as cli_args
 
 NAMES = ("transforms", "loader", "views", "train", "ckpt", "birdset", "embed", "plan", "bird_mae",
-         "bytes")
+         "bytes", "scoring")
 
 
 def main(argv: list[str]) -> int:

@@ -208,3 +208,20 @@ def test_classes_missing_on_either_side_are_reported_and_the_rest_scored(birdset
     assert rep["classes_scored"] == len(classes) - 1
     cmap = next(r for r in got["rows"] if r["metric"] == "cmap")
     assert cmap["n_classes"] == len(classes) - 1
+
+
+def test_predicts_default_min_conf_is_the_heads_own(birdset_head, tmp_path):
+    """Item 3: the default --min_conf (0.1) was not the documented no-call threshold (0.5) of
+    a sigmoid head: 16 of 18 bird-free windows got a detection. Sigmoid: 0.5; softmax: 0.1."""
+    b = birdset_head
+    common = [str(b["run"]), b["test_5s"], "--top_k", str(len(b["names"])), "--quiet"]
+    for extra, floor in (([], detect.SOFTMAX_MIN_CONF),
+                         (["--activation", "sigmoid"], detect.NO_CALL_THRESHOLD)):
+        out = tmp_path / f"d{len(extra)}.csv"
+        assert detect.main([*common, *extra, "--out", str(out)]) == 0
+        conf = np.asarray(pyarrow.csv.read_csv(out).column("confidence"))
+        every = tmp_path / f"all{len(extra)}.csv"
+        assert detect.main([*common, *extra, "--min_conf", "0", "--out", str(every)]) == 0
+        allc = np.asarray(pyarrow.csv.read_csv(every).column("confidence"))
+        assert len(conf) == int((allc >= floor).sum()) and (conf >= floor).all()
+        assert (allc < floor).any()  # the floor dropped something: it is really applied

@@ -42,11 +42,12 @@ import birdjepa.evaluate.intervals as intervals
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.progress as progress
 import birdjepa.models
+import birdjepa.models.detect
 import birdjepa.models.inference as inference
 
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = birdjepa.models.detect.NO_CALL_THRESHOLD
 """A sigmoid head's decision threshold when the model carries none of its own (the documented
-no-call threshold: a class is detected when its probability is at least this)."""
+no-call threshold, predict's default --min_conf for such a head)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +238,7 @@ def score(cfg: config.EvalConfig, sp: Split, spec: str, *, verbose: bool = True
     reps = intervals.replicates([scores], y, n_boot=cfg.n_boot, seed=0)
     th_reps = {k: [] for k in THRESHOLD_METRICS}
     for w in intervals.weight_chunks(len(y), cfg.n_boot, 0,
-                                     max_cells=max(1, (1 << 22) // max(1, y.shape[1]))):
+                                     max_cells=1 << 26):
         got = at_threshold(pred, y, w)
         for k in THRESHOLD_METRICS:
             th_reps[k].append(got[k])

@@ -72,7 +72,12 @@ def replicates(scores_snc: list[np.ndarray], labels_nc: np.ndarray, *, n_boot: i
     stacked = np.concatenate([np.asarray(s, np.float64) for s in scores_snc], axis=1)
     tiled = np.tile(y, len(scores_snc))
     out: dict[str, list] = {m: [[] for _ in scores_snc] for m in metrics.METRICS}
-    for w in weight_chunks(n, n_boot, seed, max_cells=max(1, (1 << 22) // max(1, c))):
+    # Sparse labels are counted per positive (one matrix product for many resamples at once);
+    # the running sums of dense ones hold (n, classes, resamples) arrays: fewer resamples a
+    # block. Both give the same numbers (metrics.curves).
+    sparse = y.size and y.sum() <= metrics.SPARSE_LABELS * y.size
+    cells = 1 << 26 if sparse else max(1, (1 << 22) // max(1, c))
+    for w in weight_chunks(n, n_boot, seed, max_cells=cells):
         cv = metrics.curves(stacked, tiled, w)
         for i, s in enumerate(scores_snc):
             part = {k: v[:, i * c : (i + 1) * c] for k, v in cv.items()}

@@ -17,6 +17,12 @@ import birdjepa.models.raven as raven
 import birdjepa.models.recordings as recordings
 
 SUFFIXES = (".csv", ".parquet", ".npz")
+NO_CALL_THRESHOLD = 0.5
+"""A sigmoid head's documented decision threshold: a class is detected at this probability or
+more, and a window whose every class is below it holds no call (docs/guides/models.md)."""
+SOFTMAX_MIN_CONF = 0.1
+"""--min_conf's default for a softmax head (BirdNET-Analyzer's): the class probabilities sum to
+one, so a 0.5 cut would hide every call shared between similar species."""
 DESCRIPTION = """\
 Species detections from a model with a class head: a run directory or an export of a run
 trained with the supervised objective (its head) or any objective (its online linear probe).
@@ -35,8 +41,10 @@ def parser() -> cli_args.Parser:
     """Every option of `python -m birdjepa.predict`, in one place."""
     p = cli_args.Parser("python -m birdjepa.predict", DESCRIPTION)
     recordings.add_common(p, out_required=False)
-    p.add_argument("--min_conf", type=cli_args.converter(float), default=0.1,
-                   help="smallest confidence written, in [0, 1]")
+    p.add_argument("--min_conf", type=cli_args.converter(float), default=None,
+                   help="smallest confidence written, in [0, 1] (default: the head's: "
+                   f"{NO_CALL_THRESHOLD} for a sigmoid head, its no-call threshold; "
+                   f"{SOFTMAX_MIN_CONF} for a softmax head)")
     p.add_argument("--top_k", type=cli_args.converter(int), default=3,
                    help="most probable classes per window (>= 1)")
     p.add_argument("--activation", choices=("auto", "softmax", "sigmoid"), default="auto",
@@ -70,7 +78,7 @@ def probabilities(m: artifact.Model, src: recordings.Source, args,
                         settings=recordings.files(args), rates=rates)
     emb = jnp.asarray(out[pool].reshape(len(out["row"]), -1))
     logits = np.asarray(eqx.filter_jit(lambda h, x: h(x))(m.head, emb))
-    kind = m.activation if args.activation == "auto" else args.activation
+    kind = activation_of(m, args)
     probs = jax.nn.softmax(logits, axis=-1) if kind == "softmax" else jax.nn.sigmoid(logits)
     return recordings.where(src, out, w, durations), np.asarray(probs)
 
@@ -90,6 +98,18 @@ def rows(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: flo
             "class_index": pa.array(cls.astype(np.int32))}
 
 
+def activation_of(m: artifact.Model, args) -> str:
+    """How the head's logits become probabilities: --activation, else as it was trained."""
+    return m.activation if args.activation == "auto" else args.activation
+
+
+def min_conf_of(m: artifact.Model, args) -> float:
+    """--min_conf, else the head's default: NO_CALL_THRESHOLD (sigmoid), SOFTMAX_MIN_CONF."""
+    if args.min_conf is not None:
+        return args.min_conf
+    return NO_CALL_THRESHOLD if activation_of(m, args) == "sigmoid" else SOFTMAX_MIN_CONF
+
+
 def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
     """Every option and the output path, before any compute."""
     if out_required and ((args.out is None) == (args.out_dir is None) or (
@@ -101,12 +121,12 @@ def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
     recordings.check_args(args, (".txt",) if args.format == "raven" else SUFFIXES)
     if args.top_k < 1:
         raise ValueError(f"--top_k: expected an integer >= 1, got {args.top_k}")
-    if not 0.0 <= args.min_conf <= 1.0:
+    if args.min_conf is not None and not 0.0 <= args.min_conf <= 1.0:
         raise ValueError(f"--min_conf: expected a confidence in [0, 1], got {args.min_conf}")
 
 
 def detections(model, source, *, window_s: float | None = None, hop_s: float | None = None,
-               centre: bool = False, top_k: int = 3, min_conf: float = 0.1,
+               centre: bool = False, top_k: int = 3, min_conf: float | None = None,
                activation: str = "auto", batch_size: int = 64, n_workers: int = 2,
                audio_column: str = "audio", audio_root: str = "",
                path_map: dict[str, str] | None = None, windows: str = "auto"
@@ -130,7 +150,7 @@ def detections(model, source, *, window_s: float | None = None, hop_s: float | N
                                            else [source])], audio_column)
     recordings.check_files(src, audio_column, recordings.files(args))
     where, probs = probabilities(m, src, args)
-    return rows(where, probs, m.classes, min_conf=min_conf, top_k=top_k)
+    return rows(where, probs, m.classes, min_conf=min_conf_of(m, args), top_k=top_k)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -151,7 +171,7 @@ def run(args: argparse.Namespace) -> dict:
     m = artifact.open_model(args.model)
     rates: dict[int, int] = {}
     where, probs = probabilities(m, src, args, rates)
-    cols = rows(where, probs, m.classes, min_conf=args.min_conf, top_k=args.top_k)
+    cols = rows(where, probs, m.classes, min_conf=min_conf_of(m, args), top_k=args.top_k)
     if args.format == "raven":
         high = raven.band_top(m.audio["sample_rate"], {src.files[r]: sr for r, sr in rates.items()})
     if args.format == "raven" and args.out_dir is not None:
