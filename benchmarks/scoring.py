@@ -77,9 +77,12 @@ def run(n: int, c: int, n_boot: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = cli_args.Parser("python -m benchmarks scoring", __doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=cli_args.converter(int), default=10_000)
-    p.add_argument("--classes", type=cli_args.converter(int), default=10_000)
-    p.add_argument("--n_boot", type=cli_args.converter(int), default=1000)
+    p.add_argument("--rows", type=cli_args.converter(int), default=10_000,
+                   help="test rows (windows) scored")
+    p.add_argument("--classes", type=cli_args.converter(int), default=10_000,
+                   help="the head's classes (BirdSet XCL: 9,736)")
+    p.add_argument("--n_boot", type=cli_args.converter(int), default=1000,
+                   help="bootstrap resamples of the intervals (evaluate's default)")
     a = p.parse_args(argv)
     r = run(a.rows, a.classes, a.n_boot)
     for k, v in r.items():

@@ -225,3 +225,52 @@ def test_predicts_default_min_conf_is_the_heads_own(birdset_head, tmp_path):
         allc = np.asarray(pyarrow.csv.read_csv(every).column("confidence"))
         assert len(conf) == int((allc >= floor).sum()) and (conf >= floor).all()
         assert (allc < floor).any()  # the floor dropped something: it is really applied
+
+
+# -- item 5: species lists; item 6: clips for review -------------------------------------------
+
+
+def test_a_species_list_keeps_its_classes_and_names_an_unknown_one(birdset_head, tmp_path,
+                                                                    capsys):
+    b = birdset_head
+    keep = b["names"][1:3]
+    lst = tmp_path / "species.txt"
+    lst.write_text("# my site\n" + "\n".join(keep) + "\n\n")
+    common = [str(b["run"]), b["test_5s"], "--min_conf", "0", "--top_k", "2", "--quiet"]
+    assert detect.main([*common, "--classes", str(lst), "--out", str(tmp_path / "d.csv")]) == 0
+    got = pyarrow.csv.read_csv(tmp_path / "d.csv").to_pylist()
+    n_rows = len(table.read(b["test_5s"], ["ebird_code_multilabel"]))
+    assert {r["class"] for r in got} == set(keep) and len(got) == 2 * n_rows  # top 2 of the 2
+    lst.write_text(f"{keep[0]}\nnotabird\n")
+    assert detect.main([*common, "--classes", str(lst), "--out", str(tmp_path / "e.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "--classes" in err and "'notabird'" in err and str(lst) in err, err
+    assert not (tmp_path / "e.csv").exists()
+
+
+def test_segments_cut_each_detection_for_review_at_the_recordings_own_rate(birdset_head,
+                                                                            tmp_path):
+    """BirdNET's `segments`: <class>/<confidence>_<file>_<start>.wav, the recording's own rate
+    and samples over the detection's time."""
+    b = birdset_head
+    rng = np.random.default_rng(0)
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    x = (0.2 * rng.standard_normal(3 * 22050)).astype(np.float32)
+    soundfile.write(audio / "dawn.wav", x, 22050, subtype="FLOAT")
+    seg = tmp_path / "seg"
+    assert detect.main([str(b["run"]), str(audio), "--out", str(tmp_path / "d.csv"),
+                        "--window_s", "1", "--top_k", "1", "--min_conf", "0", "--quiet",
+                        "--segments", str(seg)]) == 0
+    rows = pyarrow.csv.read_csv(tmp_path / "d.csv").to_pylist()
+    clips = sorted(seg.rglob("*.wav"))
+    assert len(clips) == len(rows) == 3
+    for r in rows:
+        name = f"{r['confidence']:.3f}_dawn_{r['start_s']:.1f}s.wav"
+        path = seg / str(r["class"]) / name
+        assert path.is_file(), (path, clips)
+        y, sr = soundfile.read(path, dtype="float32")
+        assert sr == 22050
+        a = int(round(r["start_s"] * sr))
+        np.testing.assert_array_equal(y, x[a : a + len(y)])
+        assert len(y) == int(round((r["end_s"] - r["start_s"]) * sr))

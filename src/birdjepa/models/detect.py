@@ -3,6 +3,7 @@ window from a model's class head (the supervised head, else the online linear pr
 BirdNET-style detections (see `main --help`)."""
 
 import argparse
+import os
 import pathlib
 
 import equinox as eqx
@@ -15,6 +16,7 @@ import birdjepa.common.cli_args as cli_args
 import birdjepa.models.artifact as artifact
 import birdjepa.models.raven as raven
 import birdjepa.models.recordings as recordings
+import birdjepa.models.segments as segments
 
 SUFFIXES = (".csv", ".parquet", ".npz")
 NO_CALL_THRESHOLD = 0.5
@@ -47,6 +49,14 @@ def parser() -> cli_args.Parser:
                    f"{SOFTMAX_MIN_CONF} for a softmax head)")
     p.add_argument("--top_k", type=cli_args.converter(int), default=3,
                    help="most probable classes per window (>= 1)")
+    p.add_argument("--classes", default=None, metavar="FILE",
+                   help="a species list: one class name a line (blank lines and # comments "
+                   "skipped); only these classes are ranked and written (an unknown name is "
+                   "an error naming it)")
+    p.add_argument("--segments", default=None, metavar="DIR",
+                   help="also cut every detection out of its recording for review: "
+                   "DIR/<class>/<confidence>_<recording>_<start>s.wav at the recording's own "
+                   "sample rate (audio-file SOURCEs; BirdNET-Analyzer's segments)")
     p.add_argument("--activation", choices=("auto", "softmax", "sigmoid"), default="auto",
                    help="how logits become probabilities; auto: as the head was trained")
     p.add_argument("--format", choices=("table", "raven"), default="table",
@@ -84,10 +94,13 @@ def probabilities(m: artifact.Model, src: recordings.Source, args,
 
 
 def rows(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: float,
-         top_k: int) -> dict[str, pa.Array]:
+         top_k: int, keep: np.ndarray | None = None) -> dict[str, pa.Array]:
     """One row per (window, class) among the window's top_k with probability >= min_conf:
     every `where` column (file, or row and the dataset's columns; the times), then class,
-    confidence and class_index."""
+    confidence and class_index. `keep`: the only classes ranked (a species list)."""
+    if keep is not None:  # the others never rank: below any probability
+        probs_wc = np.where(np.isin(np.arange(probs_wc.shape[1]), keep)[None, :], probs_wc,
+                            -1.0)
     order = np.argsort(-probs_wc, axis=1, kind="stable")[:, :max(top_k, 0)]
     win, rank = np.nonzero(np.take_along_axis(probs_wc, order, 1) >= min_conf)
     cls = order[win, rank]
@@ -96,6 +109,37 @@ def rows(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: flo
             "class": pa.array([classes[c] for c in cls], pa.string()),
             "confidence": pa.array(probs_wc[win, cls].astype(np.float32)),
             "class_index": pa.array(cls.astype(np.int32))}
+
+
+def species_list(path: str | os.PathLike) -> list[str]:
+    """The class names of species list `path`: one a line, blank lines and # comments out."""
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--classes: expected a text file of class names, got {str(path)!r} "
+                         f"({type(e).__name__}: {e})") from None
+    names = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip()
+             .startswith("#")]
+    if not names:
+        raise ValueError(f"--classes: expected at least one class name in {str(path)!r}, got "
+                         "none")
+    return names
+
+
+def keep_classes(m: artifact.Model, path: str | os.PathLike | None) -> np.ndarray | None:
+    """Indices of the head's classes that species list `path` keeps (None: every class); a
+    name the head does not have is an error naming it, before any compute."""
+    if path is None:
+        return None
+    names = species_list(path)
+    unknown = [n for n in names if n not in m.classes]
+    if unknown:
+        raise ValueError(f"--classes {str(path)!r}: expected class names of the model, got "
+                         f"{len(unknown)} it does not have: "
+                         + ", ".join(repr(n) for n in unknown[:10])
+                         + f" (the model's: {', '.join(m.classes[:8])}"
+                         + (", ..." if len(m.classes) > 8 else "") + ")")
+    return np.asarray(sorted({m.classes.index(n) for n in names}), np.int64)
 
 
 def activation_of(m: artifact.Model, args) -> str:
@@ -129,15 +173,15 @@ def detections(model, source, *, window_s: float | None = None, hop_s: float | N
                centre: bool = False, top_k: int = 3, min_conf: float | None = None,
                activation: str = "auto", batch_size: int = 64, n_workers: int = 2,
                audio_column: str = "audio", audio_root: str = "",
-               path_map: dict[str, str] | None = None, windows: str = "auto"
-               ) -> dict[str, pa.Array]:
+               path_map: dict[str, str] | None = None, windows: str = "auto",
+               classes: str | os.PathLike | None = None) -> dict[str, pa.Array]:
     """`birdjepa.detections(model, source)`: the detection rows `python -m birdjepa.predict` writes
     ({column: pyarrow array}; `pyarrow.table(rows)` makes the table). `model`: a run or export
     directory or a `birdjepa.models.Model`; `source`: what SOURCE takes (audio files,
     directories, shards) as a path or a list of them; `window_s` None: the model's clip, as the
     command line and `birdjepa.embeddings`; `audio_root` / `path_map`: where a table's path-only
     audio is now (birdjepa.data.paths); `windows`: as --windows (a table whose rows are windows
-    gives one per row)."""
+    gives one per row); `classes`: a species list file, as --classes."""
     args = argparse.Namespace(window_s=window_s, hop_s=hop_s, centre=centre, top_k=top_k,
                               windows=windows,
                               min_conf=min_conf, activation=activation, batch_size=batch_size,
@@ -149,8 +193,9 @@ def detections(model, source, *, window_s: float | None = None, hop_s: float | N
     src = recordings.resolve([str(s) for s in (source if isinstance(source, list | tuple)
                                            else [source])], audio_column)
     recordings.check_files(src, audio_column, recordings.files(args))
+    keep = keep_classes(m, classes)
     where, probs = probabilities(m, src, args)
-    return rows(where, probs, m.classes, min_conf=min_conf_of(m, args), top_k=top_k)
+    return rows(where, probs, m.classes, min_conf=min_conf_of(m, args), top_k=top_k, keep=keep)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -168,10 +213,17 @@ def run(args: argparse.Namespace) -> dict:
                              "--out_dir", args.overwrite)
     if args.format == "raven" and args.out is not None:  # the file list beside the table
         recordings.check_out(raven.list_path(args.out), (".txt",), "--out", args.overwrite)
+    if args.segments is not None:
+        if src.files is None:
+            raise ValueError("--segments: expected audio files as SOURCE (clips are cut from "
+                             f"recordings), got the table {args.source[0]!r}")
+        segments.check_dir(args.segments)
     m = artifact.open_model(args.model)
+    keep = keep_classes(m, args.classes)
     rates: dict[int, int] = {}
     where, probs = probabilities(m, src, args, rates)
-    cols = rows(where, probs, m.classes, min_conf=min_conf_of(m, args), top_k=args.top_k)
+    cols = rows(where, probs, m.classes, min_conf=min_conf_of(m, args), top_k=args.top_k,
+                keep=keep)
     if args.format == "raven":
         high = raven.band_top(m.audio["sample_rate"], {src.files[r]: sr for r, sr in rates.items()})
     if args.format == "raven" and args.out_dir is not None:
@@ -183,6 +235,8 @@ def run(args: argparse.Namespace) -> dict:
         raven.write_combined(cols, args.out, high, durations)
     else:
         recordings.write(cols, args.out)
+    if args.segments is not None:
+        segments.write(cols, args.segments, src.files)
     return cols
 
 
