@@ -274,3 +274,80 @@ def test_segments_cut_each_detection_for_review_at_the_recordings_own_rate(birds
         a = int(round(r["start_s"] * sr))
         np.testing.assert_array_equal(y, x[a : a + len(y)])
         assert len(y) == int(round((r["end_s"] - r["start_s"]) * sr))
+
+
+# -- item 3: per-class thresholds, calibrated, saved with the model, used by predict ---------
+
+
+def test_thresholds_reach_their_target_are_saved_exported_and_used_by_predict(
+        birdset_head, tmp_path_factory, tmp_path):
+    import shutil
+
+    import birdjepa.evaluate
+    import birdjepa.evaluate.config as config
+    import birdjepa.models
+    import birdjepa.models.thresholds as thresholds
+
+    b = birdset_head
+    run = tmp_path_factory.mktemp("calibrated") / "run"
+    shutil.copytree(b["run"], run)
+    got = birdjepa.evaluate.run(config.EvalConfig(
+        heads=(str(run),), test_shards=b["test_5s"], test_name="val", n_boot=100,
+        calibrate="precision=0.6", out_dir=str(tmp_path / "eval")), verbose=False)
+    saved = thresholds.load(run / thresholds.FILE)
+    assert saved["rule"] == "precision=0.6" and saved["classes"] == list(b["names"])
+    assert (tmp_path / "eval" / thresholds.FILE).is_file()
+    classes = table.class_names(b["test_5s"], "ebird_code_multilabel")
+    y = table.multi_hot(table.read(b["test_5s"], ["ebird_code_multilabel"]),
+                        "ebird_code_multilabel", len(classes))
+    assert got["heads"]["val/run"]["decision"] == "per-class thresholds"
+    assert detect.main([str(run), b["test_5s"], "--top_k", str(len(b["names"])), "--min_conf",
+                        "0", "--quiet", "--out", str(tmp_path / "all.csv")]) == 0
+    probs = _scores_from_predict(tmp_path / "all.csv", len(y), saved["classes"])
+    calibrated = [c for c in saved["classes"] if c not in saved["fallback"]]
+    assert calibrated, saved
+    for c in calibrated:  # the target precision holds on the split they were fit on
+        j, k = saved["classes"].index(c), classes.index(c)
+        det = probs[:, j] >= saved["thresholds"][j]
+        assert det.any() and y[det, k].mean() >= 0.6 - 1e-9, (c, saved["thresholds"][j])
+    for c in saved["fallback"]:
+        assert saved["thresholds"][saved["classes"].index(c)] == thresholds.DEFAULT
+    # read back from the run and from its export
+    m = birdjepa.models.open_model(run)
+    np.testing.assert_array_equal(m.thresholds, saved["thresholds"])
+    (run / "COMPLETE").exists() or pytest.fail("the fixture's run is complete")
+    exp = tmp_path / "export"
+    birdjepa.models.artifact.export(run, exp)
+    e = birdjepa.models.open_model(exp)
+    np.testing.assert_array_equal(e.thresholds, saved["thresholds"])
+    assert "precision=0.6" in (exp / "README.md").read_text()
+    # predict: auto (the model's), a number, a file
+    common = [str(exp), b["test_5s"], "--top_k", str(len(b["names"])), "--quiet"]
+    assert detect.main([*common, "--out", str(tmp_path / "auto.csv")]) == 0
+    rows = pyarrow.csv.read_csv(tmp_path / "auto.csv").to_pylist()
+    thr = dict(zip(saved["classes"], saved["thresholds"], strict=True))
+    want = {(i, c) for i in range(len(probs)) for j, c in enumerate(saved["classes"])
+            if probs[i, j] >= thr[c]}
+    assert {(r["row"], str(r["class"])) for r in rows} == want
+    assert detect.main([*common, "--thresholds", "0.9", "--out", str(tmp_path / "n.csv")]) == 0
+    conf = np.asarray(pyarrow.csv.read_csv(tmp_path / "n.csv").column("confidence")) \
+        if (tmp_path / "n.csv").stat().st_size > 0 else np.zeros(0)
+    assert (conf >= 0.9).all()
+    assert detect.main([*common, "--thresholds", str(run / thresholds.FILE), "--out",
+                        str(tmp_path / "f.csv")]) == 0
+    assert (tmp_path / "f.csv").read_text() == (tmp_path / "auto.csv").read_text()
+
+
+def test_calibration_rules_by_hand():
+    import birdjepa.models.thresholds as thresholds
+
+    s = np.array([[0.9, 0.2], [0.8, 0.1], [0.7, 0.3], [0.6, 0.4], [0.1, 0.05]])
+    y = np.array([[1, 0], [0, 0], [1, 0], [1, 0], [0, 0]], bool)
+    thr, fallback = thresholds.calibrate(s, y, "precision=0.75")
+    # class 0 ranked: P N P P N; at 0.6 precision 3/4 = 0.75 (recall 1): the lowest that holds
+    assert thr[0] == pytest.approx(0.6) and fallback == [1]  # class 1: no positive
+    assert thr[1] == thresholds.DEFAULT
+    thr, _ = thresholds.calibrate(s, y, "f1")  # best F1: 0.6 (6/7) over 0.1 (3/4), 0.7 (2/3)
+    assert thr[0] == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="expected 'f1' or 'precision=P'"):
+        thresholds.calibrate(s, y, "recall=2")

@@ -17,6 +17,7 @@ import birdjepa.config
 import birdjepa.data.config
 import birdjepa.data.sources
 import birdjepa.evaluate.probes
+import birdjepa.models.thresholds
 
 MIN_HOP_S = 0.01
 """The shortest window hop: one 10 ms fbank frame (a shorter one repeats windows, and at one
@@ -61,6 +62,12 @@ class EvalConfig:
     """Models scored through their own class head on the test split, no probe trained (a run
     or export directory with a head: birdjepa.evaluate.heads): BirdSet's headline numbers.
     Their classes are matched to the test split's ClassLabel names; train_shards is unused."""
+    calibrate: str = ""
+    """With heads: fit each head's per-class decision thresholds on the test split first
+    ("precision=P": the lowest threshold with precision >= P; "f1": the best F1;
+    birdjepa.models.thresholds) and save them as thresholds.json in the model's directory
+    (predict then uses them) and in out_dir. Calibrate on a validation split, not the test
+    split you report. Empty: the model's thresholds as they are."""
     train_shards: str = "data/demo/train"
     """Probe training split: focal recordings with one label each (or a list<int> column)."""
     test_shards: str = "data/demo/soundscape"
@@ -225,6 +232,12 @@ def validate(cfg: EvalConfig) -> None:
     and encoders are checked by birdjepa.evaluate.checks before anything is embedded)."""
     _need(cfg.encoders or cfg.random or cfg.heads, "encoders",
           "at least one run directory (or random, or heads)", cfg.encoders)
+    if cfg.calibrate:
+        _need(cfg.heads, "calibrate", "heads to calibrate (--heads MODEL)", cfg.heads)
+        try:
+            birdjepa.models.thresholds.parse_rule(cfg.calibrate)
+        except ValueError:
+            _need(False, "calibrate", "'f1' or 'precision=P' with P in (0, 1]", cfg.calibrate)
     _need(all(p in birdjepa.evaluate.probes.KINDS for p in cfg.probes), "probes",
           f"values in {birdjepa.evaluate.probes.KINDS}", cfg.probes)
     _need(len(set(cfg.probes)) == len(cfg.probes), "probes", "no repeats", cfg.probes)

@@ -44,6 +44,7 @@ import birdjepa.evaluate.progress as progress
 import birdjepa.models
 import birdjepa.models.detect
 import birdjepa.models.inference as inference
+import birdjepa.models.thresholds as model_thresholds
 
 DEFAULT_THRESHOLD = birdjepa.models.detect.NO_CALL_THRESHOLD
 """A sigmoid head's decision threshold when the model carries none of its own (the documented
@@ -107,14 +108,30 @@ def mapping(model_classes, split_classes) -> tuple[np.ndarray, np.ndarray, list,
 
 
 def thresholds(m: birdjepa.models.Model) -> np.ndarray | None:
-    """The model's per-class decision thresholds for a sigmoid head (its own, else
-    DEFAULT_THRESHOLD); None for a softmax head (its decision is the top class)."""
+    """The model's per-class decision thresholds: its calibrated ones, else DEFAULT_THRESHOLD
+    for a sigmoid head; None for an uncalibrated softmax head (its decision: the top class)."""
+    if m.thresholds is not None:
+        return np.asarray(m.thresholds, np.float64)
     if m.activation == "softmax":
         return None
-    own = getattr(m, "thresholds", None)
-    if own is not None:
-        return np.asarray(own, np.float64)
     return np.full(len(m.classes), DEFAULT_THRESHOLD)
+
+
+def calibrated(cfg: config.EvalConfig, m: birdjepa.models.Model, spec: str, sp: Split,
+               probs: np.ndarray, cols_m: np.ndarray, cols_s: np.ndarray,
+               out: pathlib.Path) -> None:
+    """`cfg.calibrate`: the head's per-class thresholds fit on this split
+    (birdjepa.models.thresholds.calibrate; a class the split lacks keeps the default), saved as
+    thresholds.json in the model's directory (a run or export: where open_model reads them)
+    and in out_dir, and set on `m` for this scoring."""
+    y_m = np.zeros(probs.shape, bool)
+    y_m[:, cols_m] = sp.y[:, cols_s]
+    thr, fallback = model_thresholds.calibrate(probs, y_m, cfg.calibrate)
+    for d in ([pathlib.Path(spec)] if pathlib.Path(spec).is_dir() else []) + [out]:
+        d.mkdir(parents=True, exist_ok=True)
+        model_thresholds.save(d / model_thresholds.FILE, list(m.classes), thr, cfg.calibrate,
+                              str(sp.spec.test_shards), fallback)
+    m.thresholds, m.thresholds_rule = thr, cfg.calibrate
 
 
 def probabilities(m: birdjepa.models.Model, cfg: config.EvalConfig, ts: config.TestSet,
@@ -210,9 +227,10 @@ def _row_base(cfg, sp: Split, m, spec: str, counts: dict) -> dict:
             **{f"probe_{k}": v for k, v in dataclasses.asdict(cfg.probe).items()}}
 
 
-def score(cfg: config.EvalConfig, sp: Split, spec: str, *, verbose: bool = True
-          ) -> tuple[list[dict], list[dict], dict]:
-    """(result rows, per-class rows, mapping report) of head `spec` on split `sp`."""
+def score(cfg: config.EvalConfig, sp: Split, spec: str, out: pathlib.Path, *,
+          verbose: bool = True) -> tuple[list[dict], list[dict], dict]:
+    """(result rows, per-class rows, mapping report) of head `spec` on split `sp` (with
+    `cfg.calibrate`, its thresholds fit here first: `calibrated`)."""
     m = open_head(spec)
     cols_m, cols_s, missing, extra = mapping(m.classes, sp.classes)
     if not len(cols_s):
@@ -228,6 +246,8 @@ def score(cfg: config.EvalConfig, sp: Split, spec: str, *, verbose: bool = True
                           RuntimeWarning, stacklevel=2)
     t0 = time.perf_counter()
     probs = probabilities(m, cfg, sp.spec, len(sp.y), verbose=verbose)
+    if cfg.calibrate:
+        calibrated(cfg, m, spec, sp, probs, cols_m, cols_s, out)
     scores, y = probs[:, cols_m], sp.y[:, cols_s]
     thr_all = thresholds(m)
     thr = None if thr_all is None else thr_all[cols_m]
@@ -262,7 +282,8 @@ def score(cfg: config.EvalConfig, sp: Split, spec: str, *, verbose: bool = True
                  for i, j in enumerate(cols_s)]
     report = {"classes_scored": len(cols_s), "classes_missing": missing, "classes_extra": extra,
               "decision": "top class" if thr is None else "per-class thresholds"
-              if getattr(m, "thresholds", None) is not None else f">= {DEFAULT_THRESHOLD}"}
+              if m.thresholds is not None else f">= {DEFAULT_THRESHOLD}",
+              **({"thresholds_rule": m.thresholds_rule} if m.thresholds is not None else {})}
     return rows, per_class, report
 
 
@@ -275,7 +296,7 @@ def run(cfg: config.EvalConfig, out: pathlib.Path, *, verbose: bool = True
     rows, per_class, mapped = [], [], {}
     for sp in splits:
         for spec in cfg.heads:
-            r, pc, rep = score(cfg, sp, spec, verbose=verbose)
+            r, pc, rep = score(cfg, sp, spec, out, verbose=verbose)
             rows += r
             per_class += pc
             mapped[f"{sp.spec.name}/{name_of(spec)}"] = rep

@@ -42,6 +42,7 @@ import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.card as card
 import birdjepa.models.onnx_export as onnx_export
 import birdjepa.models.safetensors as safetensors
+import birdjepa.models.thresholds as thresholds
 import birdjepa.objectives.probe
 import birdjepa.params
 import birdjepa.runtime.checkpoint
@@ -140,6 +141,11 @@ class Model:
     """How the head's logits become probabilities, as it was trained: "softmax" (class ids:
     one class per clip) or "sigmoid" (a list<int> label column: binary cross-entropy per
     class, an empty list "nothing here"; a window may then have no class at all)."""
+    thresholds: np.ndarray | None = None
+    """Per-class decision thresholds in `classes` order, calibrated on a labelled split
+    (birdjepa.models.thresholds); None: the head's default rule."""
+    thresholds_rule: str = ""
+    """How they were calibrated ("precision=0.9", "f1")."""
 
 
 def _class_names(cfg: birdjepa.config.Config) -> list[str]:
@@ -206,8 +212,11 @@ def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:
             "checkpoint_digest": birdjepa.runtime.integrity.checkpoint_digest(
                 run_dir, restored.step),
             "summary": birdjepa.runtime.rundir.read_complete(run_dir)}
-    return Model(enc, audio, _class_names(cfg), head, kind, str(run_dir), info,
-                 activation=_activation(cfg))
+    classes = _class_names(cfg)
+    thr = thresholds.beside(run_dir, classes)
+    return Model(enc, audio, classes, head, kind, str(run_dir), info,
+                 activation=_activation(cfg), thresholds=None if thr is None else thr[0],
+                 thresholds_rule="" if thr is None else thr[1])
 
 
 class ExportRefused(ValueError):
@@ -273,7 +282,10 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     out.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "version": VERSION,
             "model": dataclasses.asdict(m.encoder.cfg), "audio": m.audio,
-            "head": {"kind": m.head_kind, "classes": m.classes, "activation": m.activation},
+            "head": {"kind": m.head_kind, "classes": m.classes, "activation": m.activation,
+                     **({} if m.thresholds is None else {
+                         "thresholds": [float(t) for t in m.thresholds],
+                         "thresholds_rule": m.thresholds_rule})},
             **m.info}
     with contextlib.ExitStack() as files:  # every file written before any is renamed in
         tmp = {n: files.enter_context(outputs.replacing(out / n)) for n in FILES}
@@ -329,8 +341,15 @@ def load_export(out_dir: str | os.PathLike) -> Model:
             (lambda: birdjepa.objectives.probe.init(mcfg.width, n, key=jax.random.key(0)))
         head = bird_mae.fill(eqx.filter_eval_shape(make), arrays)
     info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary", "forced")}
+    thr = thresholds.beside(out, classes) if classes else None  # calibrated on the export
+    if thr is None and meta["head"].get("thresholds") is not None:  # its run's, exported
+        d = thresholds.check({"classes": classes, "thresholds": meta["head"]["thresholds"]},
+                             f"{out / 'config.json'}: head.thresholds")
+        thr = (thresholds.aligned(d, classes), str(meta["head"].get("thresholds_rule", "")))
     return Model(enc, a, classes, head, kind, str(out), info,
-                 activation=meta["head"].get("activation") or "softmax")
+                 activation=meta["head"].get("activation") or "softmax",
+                 thresholds=None if thr is None else thr[0],
+                 thresholds_rule="" if thr is None else thr[1])
 
 
 @dataclasses.dataclass(frozen=True)

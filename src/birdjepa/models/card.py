@@ -106,6 +106,10 @@ def render(meta: dict, run_dir=None) -> str:
         f"- input: {input_words(a)}",
         f"- head: {head.get('kind')} over {len(classes)} classes: {shown}",
         f"- probabilities: {ACTIVATION_WORDS[head.get('activation') or 'softmax']}",
+        *([f"- decision thresholds: one per class, calibrated "
+           f"({head.get('thresholds_rule') or 'rule not recorded'}) on a labelled split, in "
+           "config.json `head.thresholds` (class order); predict uses them by default "
+           "(`--thresholds auto`)"] if head.get("thresholds") is not None else []),
         "",
         "## Evaluation",
         "",

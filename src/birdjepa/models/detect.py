@@ -17,6 +17,7 @@ import birdjepa.models.artifact as artifact
 import birdjepa.models.raven as raven
 import birdjepa.models.recordings as recordings
 import birdjepa.models.segments as segments
+import birdjepa.models.thresholds as thresholds
 
 SUFFIXES = (".csv", ".parquet", ".npz")
 NO_CALL_THRESHOLD = 0.5
@@ -47,6 +48,10 @@ def parser() -> cli_args.Parser:
                    help="smallest confidence written, in [0, 1] (default: the head's: "
                    f"{NO_CALL_THRESHOLD} for a sigmoid head, its no-call threshold; "
                    f"{SOFTMAX_MIN_CONF} for a softmax head)")
+    p.add_argument("--thresholds", default="auto", metavar="auto|FILE|NUMBER",
+                   help="per-class decision thresholds: auto (default) uses the model's, "
+                   "calibrated with evaluate --heads ... --calibrate, else "
+                   "--min_conf's default; FILE a thresholds.json; NUMBER one for every class")
     p.add_argument("--top_k", type=cli_args.converter(int), default=3,
                    help="most probable classes per window (>= 1)")
     p.add_argument("--classes", default=None, metavar="FILE",
@@ -93,16 +98,18 @@ def probabilities(m: artifact.Model, src: recordings.Source, args,
     return recordings.where(src, out, w, durations), np.asarray(probs)
 
 
-def rows(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf: float,
+def rows(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf,
          top_k: int, keep: np.ndarray | None = None) -> dict[str, pa.Array]:
-    """One row per (window, class) among the window's top_k with probability >= min_conf:
-    every `where` column (file, or row and the dataset's columns; the times), then class,
-    confidence and class_index. `keep`: the only classes ranked (a species list)."""
+    """One row per (window, class) among the window's top_k with probability >= min_conf (one
+    number, or one per class: `floors`): every `where` column (file, or row and the dataset's
+    columns; the times), then class, confidence and class_index. `keep`: the only classes
+    ranked (a species list)."""
+    floor_c = np.broadcast_to(np.asarray(min_conf, np.float64), (probs_wc.shape[1],))
     if keep is not None:  # the others never rank: below any probability
         probs_wc = np.where(np.isin(np.arange(probs_wc.shape[1]), keep)[None, :], probs_wc,
                             -1.0)
     order = np.argsort(-probs_wc, axis=1, kind="stable")[:, :max(top_k, 0)]
-    win, rank = np.nonzero(np.take_along_axis(probs_wc, order, 1) >= min_conf)
+    win, rank = np.nonzero(np.take_along_axis(probs_wc, order, 1) >= floor_c[order])
     cls = order[win, rank]
     take = pa.array(win, pa.int64())
     return {**{k: c.take(take) for k, c in where.items()},  # as embed's (recordings.where)
@@ -147,10 +154,29 @@ def activation_of(m: artifact.Model, args) -> str:
     return m.activation if args.activation == "auto" else args.activation
 
 
-def min_conf_of(m: artifact.Model, args) -> float:
-    """--min_conf, else the head's default: NO_CALL_THRESHOLD (sigmoid), SOFTMAX_MIN_CONF."""
+def _number(text) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def min_conf_of(m: artifact.Model, args) -> np.ndarray | float:
+    """The smallest confidence written, per class or one for all: --thresholds NUMBER or FILE
+    (a thresholds.json: birdjepa.models.thresholds); else --min_conf; else (auto) the model's
+    calibrated thresholds; else the head's default, NO_CALL_THRESHOLD (sigmoid) or
+    SOFTMAX_MIN_CONF."""
+    given = getattr(args, "thresholds", "auto")
+    if given not in (None, "auto"):
+        if _number(given) is not None:
+            return float(given)
+        d = thresholds.load(given)
+        thresholds.check(d, f"--thresholds {given!r}", list(m.classes))
+        return thresholds.aligned(d, list(m.classes))
     if args.min_conf is not None:
         return args.min_conf
+    if m.thresholds is not None and args.activation in ("auto", m.activation):
+        return m.thresholds  # calibrated on the probabilities the head gives as trained
     return NO_CALL_THRESHOLD if activation_of(m, args) == "sigmoid" else SOFTMAX_MIN_CONF
 
 
@@ -167,6 +193,18 @@ def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
         raise ValueError(f"--top_k: expected an integer >= 1, got {args.top_k}")
     if args.min_conf is not None and not 0.0 <= args.min_conf <= 1.0:
         raise ValueError(f"--min_conf: expected a confidence in [0, 1], got {args.min_conf}")
+    given = getattr(args, "thresholds", "auto")
+    if given not in (None, "auto"):
+        if args.min_conf is not None:
+            raise ValueError(f"--thresholds {given}: expected it or --min_conf, got both "
+                             f"(--min_conf {args.min_conf})")
+        x = _number(given)
+        if x is not None and not 0.0 <= x <= 1.0:
+            raise ValueError(f"--thresholds: expected a confidence in [0, 1], auto or a "
+                             f"thresholds.json, got {given}")
+        if x is None and not pathlib.Path(given).is_file():
+            raise ValueError(f"--thresholds: expected auto, a number in [0, 1] or a "
+                             f"thresholds.json file, got {given!r}, which does not exist")
 
 
 def detections(model, source, *, window_s: float | None = None, hop_s: float | None = None,
@@ -174,16 +212,18 @@ def detections(model, source, *, window_s: float | None = None, hop_s: float | N
                activation: str = "auto", batch_size: int = 64, n_workers: int = 2,
                audio_column: str = "audio", audio_root: str = "",
                path_map: dict[str, str] | None = None, windows: str = "auto",
-               classes: str | os.PathLike | None = None) -> dict[str, pa.Array]:
+               classes: str | os.PathLike | None = None, thresholds: str = "auto"
+               ) -> dict[str, pa.Array]:
     """`birdjepa.detections(model, source)`: the detection rows `python -m birdjepa.predict` writes
     ({column: pyarrow array}; `pyarrow.table(rows)` makes the table). `model`: a run or export
     directory or a `birdjepa.models.Model`; `source`: what SOURCE takes (audio files,
     directories, shards) as a path or a list of them; `window_s` None: the model's clip, as the
     command line and `birdjepa.embeddings`; `audio_root` / `path_map`: where a table's path-only
     audio is now (birdjepa.data.paths); `windows`: as --windows (a table whose rows are windows
-    gives one per row); `classes`: a species list file, as --classes."""
+    gives one per row); `classes`: a species list file, as --classes; `thresholds`: as
+    --thresholds."""
     args = argparse.Namespace(window_s=window_s, hop_s=hop_s, centre=centre, top_k=top_k,
-                              windows=windows,
+                              windows=windows, thresholds=thresholds,
                               min_conf=min_conf, activation=activation, batch_size=batch_size,
                               n_workers=n_workers, audio_column=audio_column, quiet=True,
                               out=None, out_dir=None, format="table", audio_root=audio_root,
