@@ -9,6 +9,7 @@ import pytest
 import soundfile
 from test_models_cli import corpus, run_dir  # noqa: F401 (shared module fixtures)
 
+import birdjepa.data
 import birdjepa.data.table as table
 import birdjepa.models.detect as detect
 import birdjepa.models.embed_cli as embed_cli
@@ -351,3 +352,84 @@ def test_calibration_rules_by_hand():
     assert thr[0] == pytest.approx(0.6)
     with pytest.raises(ValueError, match="expected 'f1' or 'precision=P'"):
         thresholds.calibrate(s, y, "recall=2")
+
+
+# -- item 4: negatives and multilabel from files ------------------------------------------------
+
+
+def _folders(root, spec: dict[str, int]):
+    rng = np.random.default_rng(0)
+    for folder, n in spec.items():
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            soundfile.write(root / folder / f"r{i}.wav",
+                            (0.1 * rng.standard_normal(8000)).astype(np.float32), 16000)
+
+
+def test_from_files_writes_labels_with_negatives_as_empty_lists(tmp_path, capsys):
+    import datasets
+
+    _folders(tmp_path / "birds", {"amerob": 2, "norcar": 1})
+    _folders(tmp_path / "site_noise", {"night": 2})
+    assert birdjepa.sources.main(["from_files", str(tmp_path / "birds"), "--label_from",
+                                  "parent", "--negatives", str(tmp_path / "site_noise"),
+                                  "--out_dir", str(tmp_path / "ds")]) == 0
+    out = capsys.readouterr().out
+    assert "2 negatives" in out, out
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    assert ds.features["labels"].feature.names == ["amerob", "norcar"]
+    assert "label" not in ds.column_names  # not one class a row: only the list column
+    got = {f.split("/")[-2] + "/" + f.split("/")[-1]: y for f, y in zip(ds["file"],
+                                                                          ds["labels"],
+                                                                          strict=True)}
+    assert got == {"amerob/r0.wav": [0], "amerob/r1.wav": [0], "norcar/r0.wav": [1],
+                   "night/r0.wav": [], "night/r1.wav": []}
+    # without negatives both columns: one class a row
+    assert birdjepa.sources.main(["from_files", str(tmp_path / "birds"), "--label_from",
+                                  "parent", "--out_dir", str(tmp_path / "ds1")]) == 0
+    ds1 = datasets.load_from_disk(str(tmp_path / "ds1"))
+    assert ds1["labels"] == [[y] for y in ds1["label"]]
+
+
+def test_from_files_reads_multilabel_rows_from_a_csv(tmp_path, capsys):
+    import datasets
+
+    _folders(tmp_path / "a", {"x": 3})
+    (tmp_path / "labels.csv").write_text("file,labels\na/x/r0.wav,amerob;norcar\n"
+                                         "a/x/r1.wav,norcar\na/x/r2.wav,\n")
+    assert birdjepa.sources.main(["from_files", str(tmp_path / "a"), "--label_from",
+                                  str(tmp_path / "labels.csv"), "--out_dir",
+                                  str(tmp_path / "ds")]) == 0
+    ds = datasets.load_from_disk(str(tmp_path / "ds"))
+    names = ds.features["labels"].feature.names
+    assert names == ["amerob", "norcar"]
+    assert [[names[i] for i in y] for y in ds["labels"]] == [["amerob", "norcar"], ["norcar"],
+                                                              []]
+    (tmp_path / "labels.csv").write_text("file,labels\na/x/r0.wav,amerob\n")  # r1, r2 unlisted
+    assert birdjepa.sources.main(["from_files", str(tmp_path / "a"), "--label_from",
+                                  str(tmp_path / "labels.csv"), "--out_dir",
+                                  str(tmp_path / "ds2")]) == 2
+    err = capsys.readouterr().err
+    assert "2 of 3 audio files" in err and "r1.wav" in err, err
+
+
+def test_a_relative_dataset_survives_save_to_disk_from_another_directory(tmp_path,
+                                                                          monkeypatch):
+    """`datasets` resolves an Audio path against the current directory when save_to_disk
+    embeds it: a relative dataset failed ("No such file or directory: '../amerob/a.wav'")."""
+    import datasets
+
+    _folders(tmp_path / "audio", {"amerob": 1, "norcar": 1})
+    assert birdjepa.sources.main(["from_files", str(tmp_path / "audio"), "--label_from",
+                                  "parent", "--relative", "--out_dir",
+                                  str(tmp_path / "audio" / "ds")]) == 0
+    monkeypatch.chdir("/")
+    ds = datasets.load_from_disk(str(tmp_path / "audio" / "ds"))
+    ds.save_to_disk(str(tmp_path / "copy"))
+    copy = datasets.load_from_disk(str(tmp_path / "copy"))
+    assert copy["file"] == ds["file"] == ["../amerob/r0.wav", "../norcar/r0.wav"]
+    # and the loader still reads the original, its paths against the shard's directory
+    with birdjepa.data.Loader(str(tmp_path / "audio" / "ds"), mode="eval", batch_size=2,
+                              label_column="label", n_workers=1) as loader:
+        b = next(iter(loader))
+    assert b["valid"].all()
