@@ -170,6 +170,9 @@ def test_runs_saved_before_the_resampler_setting_keep_their_filter_and_run_id():
 # with a traceback. Each is one ConfigError naming the key, the expected and the actual value.
 NAN = float("nan")
 BAD_VALUES = [
+    ("objective.supervised.augment.gain", -1.0, "a finite number >= 0"),
+    ("objective.supervised.augment.time_mask", 1.5, "a fraction in [0, 1)"),
+    ("objective.lejepa.augment.freq_mask", NAN, "a fraction in [0, 1)"),
     ("objective.supervised.label_smoothing", NAN, "a number in [0, 1)"),
     ("objective.supervised.label_smoothing", 2.0, "a number in [0, 1)"),
     ("objective.lejepa.lambd", NAN, "a weight in [0, 1]"),

@@ -433,3 +433,91 @@ def test_a_relative_dataset_survives_save_to_disk_from_another_directory(tmp_pat
                               label_column="label", n_workers=1) as loader:
         b = next(iter(loader))
     assert b["valid"].all()
+
+
+# -- item 7: the augmentations for the supervised objective -----------------------------------
+
+
+def test_supervised_training_takes_the_same_augmentations():
+    """Gain, tilt, low-pass, mixing and time/frequency masks were available only under
+    objective.lejepa.augment; the supervised objective takes the same AugmentConfig, applied
+    to its training views (never to evaluation), with the same code."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+
+    import birdjepa.config.losses as losses
+    import birdjepa.model
+    import birdjepa.objectives.augment as augment
+    import birdjepa.objectives.supervised as supervised
+
+    aug = losses.AugmentConfig(gain=0.3, tilt=0.5, lowpass_p=1.0, mix=0.4, time_mask=0.25,
+                               freq_mask=0.2)
+    cfg = losses.SupervisedConfig(augment=aug)
+    mcfg = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(
+        width=32, depth=1, n_heads=2, patch=(8, 8)))
+    enc = birdjepa.model.ViT(mcfg, n_frames=32, n_mels=32, key=jax.random.key(0))
+    heads = supervised.init_heads(cfg, enc, 3, key=jax.random.key(1))
+    x = jax.random.normal(jax.random.key(2), (4, 32, 32)) * 0.3
+    batch = {"data": x, "target": jnp.array([0, 1, 2, 1]), "valid": jnp.ones(4, bool)}
+    key = jax.random.key(7)
+    got = supervised.loss(cfg, enc, heads, batch, key=key)[0]
+    plain = dataclasses.replace(cfg, augment=losses.AugmentConfig())
+    by_hand = augment.augment_views(aug, x[None], key=jax.random.fold_in(key, 1))[0]
+    want = supervised.loss(plain, enc, heads, {**batch, "data": by_hand}, key=key)[0]
+    assert float(got) == pytest.approx(float(want), abs=1e-6)
+    assert float(got) != pytest.approx(float(supervised.loss(plain, enc, heads, batch,
+                                                             key=key)[0]), abs=1e-4)
+
+
+def test_time_and_frequency_masks_are_one_run_each_at_the_clip_mean():
+    import jax
+    import jax.numpy as jnp
+
+    import birdjepa.config.losses as losses
+    import birdjepa.objectives.augment as augment
+
+    x = jax.random.normal(jax.random.key(0), (16, 40, 30)) + 8.0  # far above the floor
+    for cfg, axis, n in ((losses.AugmentConfig(time_mask=0.25), 1, 40),
+                         (losses.AugmentConfig(freq_mask=0.2), 2, 30)):
+        y = np.asarray(augment.augment(cfg, x, key=jax.random.key(1)))
+        mean = np.asarray(x).mean((1, 2))
+        widths = []
+        for i in range(len(x)):
+            changed = np.any(y[i] != np.asarray(x[i]), axis=2 - axis)  # per frame or bin
+            at = np.flatnonzero(changed)
+            widths.append(len(at))
+            if len(at):
+                assert at[-1] - at[0] + 1 == len(at)  # one contiguous run
+                run = y[i][at] if axis == 1 else y[i][:, at]
+                np.testing.assert_allclose(run, mean[i], rtol=1e-6)
+        assert max(widths) <= int(getattr(cfg, "time_mask" if axis == 1 else "freq_mask") * n)
+        assert max(widths) > 0
+    assert not losses.AugmentConfig(time_mask=0.0).enabled
+    assert losses.AugmentConfig(freq_mask=0.1).enabled
+    assert jnp.array_equal(augment.augment(losses.AugmentConfig(), x, key=jax.random.key(1)), x)
+
+
+def test_a_config_without_augmentation_keeps_its_run_id():
+    """The new keys (supervised.augment.*, the masks) are left out of the hash at their
+    defaults: a run saved before them resumes under the same id."""
+    import dataclasses
+
+    import tiny
+
+    import birdjepa.config
+
+    cfg = tiny.tiny_config("supervised")
+    new = dataclasses.asdict(cfg)
+    old = dataclasses.asdict(cfg)
+    del old["objective"]["supervised"]["augment"]
+    for key in ("time_mask", "freq_mask"):
+        del old["objective"]["lejepa"]["augment"][key]
+    assert birdjepa.config.config_hash(old) == birdjepa.config.config_hash(new)
+    changed = dataclasses.replace(cfg, objective=dataclasses.replace(
+        cfg.objective, supervised=dataclasses.replace(
+            cfg.objective.supervised, augment=dataclasses.replace(
+                cfg.objective.supervised.augment, gain=0.1))))
+    assert birdjepa.config.config_hash(dataclasses.asdict(changed)) != \
+        birdjepa.config.config_hash(new)

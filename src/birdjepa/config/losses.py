@@ -41,10 +41,17 @@ class AugmentConfig:
     background, so noise colour and level stop being shared by the views of a recording."""
     floor: float = -0.99
     """Floor value of the normalised log-mel (the loader's value for an empty bin)."""
+    time_mask: float = 0.0
+    """SpecAugment's time mask: one run of frames per clip, of a width uniform in [0, time_mask
+    x frames], set to the clip's mean. 0: off."""
+    freq_mask: float = 0.0
+    """SpecAugment's frequency mask: one run of mel bins per clip, of a width uniform in [0,
+    freq_mask x bins], set to the clip's mean. 0: off."""
 
     @property
     def enabled(self) -> bool:
-        return bool(self.gain or self.tilt or self.contrast or self.lowpass_p or self.mix)
+        return bool(self.gain or self.tilt or self.contrast or self.lowpass_p or self.mix
+                    or self.time_mask or self.freq_mask)
 
     def check(self, prefix: str) -> None:
         for key in ("gain", "tilt"):
@@ -62,6 +69,9 @@ class AugmentConfig:
                 "a weight in [0, 1] (the other clip's share of the power)", self.mix)
         require(_in(self.floor, -math.inf, math.inf), prefix + "floor", "a finite number",
                 self.floor)
+        for key in ("time_mask", "freq_mask"):
+            require(_in(getattr(self, key), 0, 1, hi_open=True), prefix + key,
+                    "a fraction in [0, 1) (the longest masked run)", getattr(self, key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,12 +84,17 @@ class SupervisedConfig:
     another clip of the batch added in the power domain, with a weight uniform in [0, mix], and
     that clip's labels joined to its own (BirdSet's multilabel mixup). A noise recording (an
     empty label set) then becomes background under a bird: soundscape conditions. 0: off."""
+    augment: AugmentConfig = AugmentConfig()
+    """The training views' spectrogram augmentations, the settings objective.lejepa.augment
+    takes (gain, tilt, contrast, low-pass, mixing, time and frequency masks; default: none),
+    each drawn per clip; evaluation and the online probe's metrics at eval see clean clips."""
 
     def check(self, prefix: str) -> None:
         require(_in(self.label_smoothing, 0, 1, hi_open=True), prefix + "label_smoothing",
                 "a number in [0, 1)", self.label_smoothing)
         require(_in(self.mix, 0, 1), prefix + "mix",
                 "a weight in [0, 1] (the other clip's share of the power)", self.mix)
+        self.augment.check(prefix + "augment.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,10 @@ log-mel clip (B, T, M) of one view, with its own random draw per view and exampl
 - contrast: scale deviations from the clip mean by a factor in [1 - contrast, 1 + contrast];
 - lowpass: with probability lowpass_p, set every bin at or above a cutoff, uniform in
   [lowpass_min * M, lowpass_max * M), to `floor` (what band-limited audio gives);
-then everything is clamped to >= floor. All zeros (the default) is the identity.
+- time_mask / freq_mask (SpecAugment): one run of frames (bins) of a width uniform in
+  [0, time_mask * T] ([0, freq_mask * M]) at a uniform position, set to the clip's mean;
+then everything is clamped to >= floor. All zeros (the default) is the identity. The
+supervised objective takes the same settings (objective.supervised.augment).
 """
 
 
@@ -32,8 +35,8 @@ def augment(cfg: AugmentConfig, x_btm: Float[Array, "b t m"], *, key) -> Float[A
     """Augment a batch of clips, independently per clip."""
     if not cfg.enabled:
         return x_btm
-    b, _, m = x_btm.shape
-    k = jax.random.split(key, 7)
+    b, t, m = x_btm.shape
+    k = jax.random.split(key, 9)
     u = lambda kk, lo, hi: jax.random.uniform(kk, (b, 1, 1), minval=lo, maxval=hi)  # noqa: E731
     x = x_btm
     if cfg.mix:
@@ -54,7 +57,23 @@ def augment(cfg: AugmentConfig, x_btm: Float[Array, "b t m"], *, key) -> Float[A
         cut = u(k[3], cfg.lowpass_min * m, cfg.lowpass_max * m)
         on = jax.random.bernoulli(k[4], cfg.lowpass_p, (b, 1, 1))
         x = jnp.where(on & (jnp.arange(m) >= cut), cfg.floor, x)
+    for frac, n, kk, axis in ((cfg.time_mask, t, k[7], 1), (cfg.freq_mask, m, k[8], 2)):
+        if frac:
+            x = _mask(x, frac, n, axis, key=kk)
     return jnp.maximum(x, cfg.floor)
+
+
+def _mask(x_btm, frac: float, n: int, axis: int, *, key):
+    """One run along `axis` (1: frames, 2: mel bins) per clip, of a width uniform in
+    [0, floor(frac * n)] at a uniform start, set to the clip's mean."""
+    b = x_btm.shape[0]
+    k_w, k_s = jax.random.split(key)
+    width = jax.random.randint(k_w, (b,), 0, int(frac * n) + 1)
+    start = jax.random.randint(k_s, (b,), 0, n + 1 - width)
+    at = jnp.arange(n)[None, :]
+    on = (at >= start[:, None]) & (at < (start + width)[:, None])  # (b, n)
+    on = on[:, :, None] if axis == 1 else on[:, None, :]
+    return jnp.where(on, x_btm.mean((1, 2), keepdims=True), x_btm)
 
 
 def augment_views(cfg: AugmentConfig, views_vbtm: Float[Array, "v b t m"], *, key):

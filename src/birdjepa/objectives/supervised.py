@@ -46,6 +46,7 @@ def loss(cfg: SupervisedConfig, encoder, heads: Heads, batch: dict, *, key):
     target = batch["target"]
     if cfg.mix:
         views, target = mixup(views, target, cfg.mix, key=key)
+    views = augment.augment_views(cfg.augment, views, key=jax.random.fold_in(key, 1))
     v, b = views.shape[:2]
     emb = encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd
     target = common.tile_views(target, v)
