@@ -44,7 +44,7 @@ import birdjepa.evaluate.progress as progress
 import birdjepa.models
 import birdjepa.models.detect
 import birdjepa.models.inference as inference
-import birdjepa.models.thresholds as model_thresholds
+import birdjepa.models.thresholds as thresholds
 
 DEFAULT_THRESHOLD = birdjepa.models.detect.NO_CALL_THRESHOLD
 """A sigmoid head's decision threshold when the model carries none of its own (the documented
@@ -107,7 +107,7 @@ def mapping(model_classes, split_classes) -> tuple[np.ndarray, np.ndarray, list,
             np.asarray(both, np.int64), missing, extra)
 
 
-def thresholds(m: birdjepa.models.Model) -> np.ndarray | None:
+def decision_thresholds(m: birdjepa.models.Model) -> np.ndarray | None:
     """The model's per-class decision thresholds: its calibrated ones, else DEFAULT_THRESHOLD
     for a sigmoid head; None for an uncalibrated softmax head (its decision: the top class)."""
     if m.thresholds is not None:
@@ -126,10 +126,10 @@ def calibrated(cfg: config.EvalConfig, m: birdjepa.models.Model, spec: str, sp: 
     and in out_dir, and set on `m` for this scoring."""
     y_m = np.zeros(probs.shape, bool)
     y_m[:, cols_m] = sp.y[:, cols_s]
-    thr, fallback = model_thresholds.calibrate(probs, y_m, cfg.calibrate)
+    thr, fallback = thresholds.calibrate(probs, y_m, cfg.calibrate)
     for d in ([pathlib.Path(spec)] if pathlib.Path(spec).is_dir() else []) + [out]:
         d.mkdir(parents=True, exist_ok=True)
-        model_thresholds.save(d / model_thresholds.FILE, list(m.classes), thr, cfg.calibrate,
+        thresholds.save(d / thresholds.FILE, list(m.classes), thr, cfg.calibrate,
                               str(sp.spec.test_shards), fallback)
     m.thresholds, m.thresholds_rule = thr, cfg.calibrate
 
@@ -249,7 +249,7 @@ def score(cfg: config.EvalConfig, sp: Split, spec: str, out: pathlib.Path, *,
     if cfg.calibrate:
         calibrated(cfg, m, spec, sp, probs, cols_m, cols_s, out)
     scores, y = probs[:, cols_m], sp.y[:, cols_s]
-    thr_all = thresholds(m)
+    thr_all = decision_thresholds(m)
     thr = None if thr_all is None else thr_all[cols_m]
     pred = decisions(probs, thr_all)[:, cols_m] if thr is None else decisions(scores, thr)
     values = metrics.all_metrics(scores, y)
