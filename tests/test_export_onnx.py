@@ -89,20 +89,10 @@ def run_dir(tmp_path_factory):
                                                      n_registers=1, pos="rope")
     cfg = tiny.finalize(tiny.tiny_config("supervised", n_steps=2, run_dir=str(run),
                                          model=model))
-    run.mkdir()
-    (run / "config.toml").write_text(birdjepa.config.to_toml(cfg))
-    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(0))
     # a non-zero head, so that the probabilities are not uniform
-    w = params["heads"].head.w
-    params = eqx.tree_at(lambda p: p["heads"].head.w, params,
-                         jax.random.normal(jax.random.key(3), w.shape))
-    tx = birdjepa.optim.make(cfg.optim, params)
-    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
-             "step": jnp.int32(2)}
-    with birdjepa.runtime.checkpoint.Checkpointer(run / "checkpoints", every=1, keep=1) as ck:
-        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
-    birdjepa.runtime.rundir.mark_complete(run, {"steps": 2})
-    return run
+    return tiny.untrained_run(cfg, adjust=lambda params: eqx.tree_at(
+        lambda p: p["heads"].head.w, params,
+        jax.random.normal(jax.random.key(3), params["heads"].head.w.shape)))
 
 
 def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
@@ -228,16 +218,7 @@ def _run_with_pad(root, pad: str):
     data = birdjepa.config.DataConfig(n_frames=128, n_mels=64, clip_s=1.28, pad=pad)
     cfg = tiny.finalize(tiny.tiny_config("supervised", n_steps=2, run_dir=str(run), model=model,
                                          data=data))
-    run.mkdir()
-    (run / "config.toml").write_text(birdjepa.config.to_toml(cfg))
-    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(0))
-    tx = birdjepa.optim.make(cfg.optim, params)
-    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
-             "step": jnp.int32(2)}
-    with birdjepa.runtime.checkpoint.Checkpointer(run / "checkpoints", every=1, keep=1) as ck:
-        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
-    birdjepa.runtime.rundir.mark_complete(run, {"steps": 2})
-    return run
+    return tiny.untrained_run(cfg)
 
 
 def _follow_the_card(card: str, model_path, x_n: np.ndarray, start: int, win: int):

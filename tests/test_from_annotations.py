@@ -173,7 +173,7 @@ def test_class_names_from_a_training_split(annotated, tmp_path, capsys):
                                                                           "zzz"]
     assert birdjepa.sources.main([*args, "--classes_column", "file", "--out_dir",
                                   str(tmp_path / "y")]) == 2
-    assert "got 'file' (columns with names: label)" in capsys.readouterr().err
+    assert "got 'file' (columns with names: label, labels)" in capsys.readouterr().err
 
 
 def test_bad_input_is_one_line_per_problem_and_exit_2(tmp_path, capsys):

@@ -49,16 +49,7 @@ def run_dir(tmp_path_factory):
     training leaves it (config.toml, a checkpoint at step 2, COMPLETE), without the training."""
     run = tmp_path_factory.mktemp("models-run") / "run"
     cfg = tiny.finalize(tiny.tiny_config("supervised", n_steps=2, run_dir=str(run)))
-    run.mkdir()
-    (run / "config.toml").write_text(birdjepa.config.to_toml(cfg))
-    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(0))
-    tx = birdjepa.optim.make(cfg.optim, params)
-    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
-             "step": jnp.int32(2)}
-    with birdjepa.runtime.checkpoint.Checkpointer(run / "checkpoints", every=1, keep=1) as ck:
-        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
-    birdjepa.runtime.rundir.mark_complete(run, {"steps": 2, "eval_head_acc": 0.25})
-    return run
+    return tiny.untrained_run(cfg, summary={"steps": 2, "eval_head_acc": 0.25})
 
 
 @pytest.fixture(scope="module")

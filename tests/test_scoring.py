@@ -104,16 +104,9 @@ def birdset_head(tmp_path_factory):
     has the training split's class names (random weights: the scores only need to vary)."""
     import dataclasses
 
-    import jax
-    import jax.numpy as jnp
     import tiny
 
-    import birdjepa.config
     import birdjepa.demo_data.birdset as birdset
-    import birdjepa.optim
-    import birdjepa.params
-    import birdjepa.runtime.checkpoint
-    import birdjepa.runtime.rundir
 
     root = tmp_path_factory.mktemp("birdset-head")
     s = birdset.write(root / "cache", n_recordings=12, n_soundscapes=2, n_segments=6, max_s=6.0)
@@ -122,15 +115,7 @@ def birdset_head(tmp_path_factory):
     base = tiny.tiny_config("supervised", n_steps=2, run_dir=str(run), n_classes=len(names))
     cfg = tiny.finalize(dataclasses.replace(base, data=dataclasses.replace(
         base.data, train_shards=s["train"], eval_shards=s["train"], label_column="ebird_code")))
-    run.mkdir()
-    (run / "config.toml").write_text(birdjepa.config.to_toml(cfg))
-    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(3))
-    tx = birdjepa.optim.make(cfg.optim, params)
-    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
-             "step": jnp.int32(2)}
-    with birdjepa.runtime.checkpoint.Checkpointer(run / "checkpoints", every=1, keep=1) as ck:
-        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
-    birdjepa.runtime.rundir.mark_complete(run, {"steps": 2})
+    tiny.untrained_run(cfg, seed=3)
     return {**s, "run": run, "names": names}
 
 

@@ -91,6 +91,36 @@ tiny_loaders = birdjepa.data.synthetic.loaders
 """(train, eval) SyntheticLoaders matching a config."""
 
 
+def untrained_run(cfg, *, seed: int = 0, summary: dict | None = None,
+                  adjust=None) -> "os.PathLike":
+    """`cfg.run_dir` (created) as a finished run leaves it, without the training: config.toml,
+    a checkpoint at step 2 of the parameters initialised from `seed` (then `adjust(params)`),
+    COMPLETE with `summary`. For tests that need a model to open, export, embed or predict
+    with, not its skill."""
+    import pathlib
+
+    import jax
+    import jax.numpy as jnp
+
+    import birdjepa.optim
+    import birdjepa.params
+    import birdjepa.runtime.checkpoint
+
+    run = pathlib.Path(cfg.run_dir)
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text(birdjepa.config.to_toml(cfg))
+    params, _ = birdjepa.params.init_params(cfg, key=jax.random.key(seed))
+    if adjust is not None:
+        params = adjust(params)
+    tx = birdjepa.optim.make(cfg.optim, params)
+    state = {"params": params, "opt": tx.init(params), "key": jax.random.key(1),
+             "step": jnp.int32(2)}
+    with birdjepa.runtime.checkpoint.Checkpointer(run / "checkpoints", every=1, keep=1) as ck:
+        ck.save(2, state, loader={}, meta={"config": dataclasses.asdict(cfg)}, force=True)
+    birdjepa.runtime.rundir.mark_complete(run, summary or {"steps": 2})
+    return run
+
+
 def finalize(cfg):
     """`cfg` as a run sees it: model preset resolved, checked, run_id and run_dir filled."""
     return birdjepa.runtime.rundir.assign(birdjepa.config.finalize(cfg))
