@@ -506,3 +506,21 @@ def test_a_config_without_augmentation_keeps_its_run_id():
                 cfg.objective.supervised.augment, gain=0.1))))
     assert birdjepa.config.config_hash(dataclasses.asdict(changed)) != \
         birdjepa.config.config_hash(new)
+
+
+def test_evaluate_refuses_centre_windows_on_a_split_of_windows(run_dir, annotated, tmp_path):  # noqa: F811
+    """The same fault as item 2 in evaluate: a from_annotations split read with the default
+    segment = "centre" scored the centre of each whole soundscape against each window's labels,
+    silently. It is a ConfigError naming the key and the first row; "columns" is right."""
+    import birdjepa.config
+    import birdjepa.evaluate
+    import birdjepa.evaluate.config as config
+
+    common = dict(heads=(str(run_dir),), test_shards=str(annotated / "windows"),
+                  test_label_column="ebird_code_multilabel", n_boot=100)
+    with pytest.raises(birdjepa.config.ConfigError,
+                       match=r"config key 'segment': expected \"columns\" .* got \"centre\" "
+                             r"\(row 0: \[0, 5\] s of a 12 s recording\)"):
+        birdjepa.evaluate.run(config.EvalConfig(**common, out_dir=str(tmp_path / "a")),
+                              verbose=False)
+    assert not (tmp_path / "a").exists()

@@ -24,6 +24,7 @@ import birdjepa.config
 import birdjepa.data.table as table
 import birdjepa.evaluate.config as config
 import birdjepa.evaluate.fewshot as fewshot
+import birdjepa.models.recordings as recordings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +152,25 @@ def _subsets(cfg: config.EvalConfig, y_train, classes, fail: _Fail) -> dict:
     return out
 
 
+def check_segment(cfg: config.EvalConfig, ts: config.TestSet, fail: _Fail) -> None:
+    """segment = "centre" on a split whose rows are windows inside longer recordings
+    (start_time / end_time, a from_annotations split) would score each recording's centre
+    against each window's labels: a ConfigError naming the first such row. Pre-cut clips
+    (BirdSet's test_5s) and splits without the columns pass."""
+    if cfg.segment != "centre" or (cfg.segment_start_column, cfg.segment_end_column) != \
+            recordings.ROW_WINDOW_COLUMNS:
+        return
+    got = recordings.row_windows(ts.test_shards, cfg.audio_column,
+                                 {"audio_root": ts.audio_root or "", "path_map": ts.path_map})
+    inside = got.first_inside() if got is not None else None
+    if inside is not None:
+        r, a, b, d = inside
+        raise fail("segment", '"columns" for a split whose rows are windows inside longer '
+                   "recordings (its start_time and end_time; centre would score each "
+                   "recording's middle against each window's labels)",
+                   f'"centre" (row {r}: [{a:g}, {b:g}] s of a {d:g} s recording)')
+
+
 def build_one(cfg: config.EvalConfig, ts: config.TestSet) -> TestSetPlan:
     """One test set's checks and labels (reads only label columns and schemas)."""
     fail = _Fail(ts.name)
@@ -161,6 +181,7 @@ def build_one(cfg: config.EvalConfig, ts: config.TestSet) -> TestSetPlan:
              fail)
     for key in ("test_shards", "train_shards"):
         _audio_files(cfg, ts, key, fail)
+    check_segment(cfg, ts, fail)
     tr = _labels(ts.train_shards, ts.train_label_column, "train_label_column", fail)
     te = _labels(ts.test_shards, ts.test_label_column, "test_label_column", fail)
     classes, y_train, y_test = _class_lists(ts, tr, te, fail)

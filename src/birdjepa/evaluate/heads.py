@@ -69,6 +69,7 @@ def split(cfg: config.EvalConfig, ts: config.TestSet) -> Split:
                                                     ("test_label_column", ts.test_label_column)],
                     fail)
     checks._audio_files(cfg, ts, "test_shards", fail)
+    checks.check_segment(cfg, ts, fail)
     te = checks._labels(ts.test_shards, ts.test_label_column, "test_label_column", fail)
     names = table.class_names(ts.test_shards, ts.test_label_column)
     if names is None:

@@ -205,17 +205,16 @@ def windows(m: artifact.Model, args, src: Source | None = None) -> inference.Win
                                         centre=args.centre)
     if mode == "recordings" or not has:
         return whole
-    start, end = _row_times(src)
-    if mode == "auto" and np.isnan(start).all() and np.isnan(end).all():
-        return whole  # BirdSet's train splits: the columns, null in every row
+    got = row_windows(src.shards, getattr(args, "audio_column", "audio"), files(args), m.audio)
+    if mode == "auto" and (got is None or got.precut):
+        return whole  # BirdSet's train splits (null columns), pre-cut clips (test_5s)
     w = inference.Windows.for_model(m.audio, centre=True, segment="columns",
                                     segment_columns=ROW_WINDOW_COLUMNS)
-    src.durations = inference.header_durations(src.data, w, getattr(args, "audio_column",
-                                                                     "audio"), files(args))
-    rows = np.asarray(sorted(src.durations), np.int64)
-    dur = np.asarray([src.durations[r] for r in rows], np.float64)
-    if mode == "auto" and len(rows) and (dur <= end[rows] - start[rows] + PRECUT_SLACK_S).all():
-        return whole  # pre-cut clips
+    if got is None:  # --windows rows on null columns: check_row_windows names the row
+        start, end = _row_times(src)
+    else:
+        start, end = got.start, got.end
+        src.durations = got.durations
     for name, given in (("--window_s", args.window_s is not None),
                         ("--hop_s", args.hop_s is not None), ("--centre", args.centre)):
         if given:
@@ -228,6 +227,46 @@ def windows(m: artifact.Model, args, src: Source | None = None) -> inference.Win
 
 PRECUT_SLACK_S = 0.1
 """A recording at most this much longer than its row's window is a pre-cut clip of it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RowWindows:
+    """A table's start_time / end_time and its recordings' lengths (`row_windows`)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    """(rows,) seconds, NaN where null."""
+    durations: dict[int, float]
+    """{row: its recording's seconds} (rows whose header reads)."""
+    precut: bool
+    """Every recording is no longer than its row's window (+ PRECUT_SLACK_S): pre-cut clips
+    whose columns are times in the recording they were cut from (BirdSet's test_5s)."""
+
+    def first_inside(self) -> tuple[int, float, float, float] | None:
+        """(row, start, end, recording seconds) of the first row whose window lies inside a
+        longer recording, or None."""
+        for r in sorted(self.durations):
+            if self.durations[r] > self.end[r] - self.start[r] + PRECUT_SLACK_S:
+                return r, float(self.start[r]), float(self.end[r]), self.durations[r]
+        return None
+
+
+def row_windows(shards, audio_column: str, settings: dict, audio: dict | None = None
+                ) -> RowWindows | None:
+    """The rows' windows of table `shards` (ROW_WINDOW_COLUMNS), None when it lacks the
+    columns or they are null in every row; the recordings' lengths from their headers (each
+    file read once; `audio`: the model's input settings, for the headers' reader)."""
+    if not all(c in table.column_names(shards) for c in ROW_WINDOW_COLUMNS):
+        return None
+    start, end = _row_times(Source(shards=shards))
+    if np.isnan(start).all() and np.isnan(end).all():
+        return None
+    w = inference.Windows.for_model(audio) if audio else inference.Windows()
+    dur = inference.header_durations(shards, w, audio_column, settings)
+    rows = np.asarray(sorted(dur), np.int64)
+    d = np.asarray([dur[r] for r in rows], np.float64)
+    precut = bool(len(rows)) and bool((d <= end[rows] - start[rows] + PRECUT_SLACK_S).all())
+    return RowWindows(start, end, dur, precut)
 
 
 def _row_times(src: Source) -> tuple[np.ndarray, np.ndarray]:
