@@ -289,12 +289,14 @@ def test_thresholds_reach_their_target_are_saved_exported_and_used_by_predict(
     assert got["heads"]["val/run"]["decision"] == "per-class thresholds"
     assert detect.main([str(run), b["test_5s"], "--top_k", str(len(b["names"])), "--min_conf",
                         "0", "--quiet", "--out", str(tmp_path / "all.csv")]) == 0
-    probs = _scores_from_predict(tmp_path / "all.csv", len(y), saved["classes"])
+    # predict writes float32 confidences: read back at float32 they are the values it compared
+    probs = _scores_from_predict(tmp_path / "all.csv", len(y), saved["classes"]).astype(
+        np.float32)
     calibrated = [c for c in saved["classes"] if c not in saved["fallback"]]
     assert calibrated, saved
     for c in calibrated:  # the target precision holds on the split they were fit on
         j, k = saved["classes"].index(c), classes.index(c)
-        det = probs[:, j] >= saved["thresholds"][j]
+        det = probs[:, j] >= np.float32(saved["thresholds"][j])
         assert det.any() and y[det, k].mean() >= 0.6 - 1e-9, (c, saved["thresholds"][j])
     for c in saved["fallback"]:
         assert saved["thresholds"][saved["classes"].index(c)] == thresholds.DEFAULT
@@ -311,7 +313,7 @@ def test_thresholds_reach_their_target_are_saved_exported_and_used_by_predict(
     common = [str(exp), b["test_5s"], "--top_k", str(len(b["names"])), "--quiet"]
     assert detect.main([*common, "--out", str(tmp_path / "auto.csv")]) == 0
     rows = pyarrow.csv.read_csv(tmp_path / "auto.csv").to_pylist()
-    thr = dict(zip(saved["classes"], saved["thresholds"], strict=True))
+    thr = dict(zip(saved["classes"], np.float32(saved["thresholds"]), strict=True))
     want = {(i, c) for i in range(len(probs)) for j, c in enumerate(saved["classes"])
             if probs[i, j] >= thr[c]}
     assert {(r["row"], str(r["class"])) for r in rows} == want
