@@ -228,11 +228,10 @@ def _row_base(cfg, sp: Split, m, spec: str, counts: dict) -> dict:
             **{f"probe_{k}": v for k, v in dataclasses.asdict(cfg.probe).items()}}
 
 
-def score(cfg: config.EvalConfig, sp: Split, spec: str, out: pathlib.Path, *,
-          verbose: bool = True) -> tuple[list[dict], list[dict], dict]:
-    """(result rows, per-class rows, mapping report) of head `spec` on split `sp` (with
-    `cfg.calibrate`, its thresholds fit here first: `calibrated`)."""
-    m = open_head(spec)
+def score(cfg: config.EvalConfig, sp: Split, spec: str, m: birdjepa.models.Model,
+          out: pathlib.Path, *, verbose: bool = True) -> tuple[list[dict], list[dict], dict]:
+    """(result rows, per-class rows, mapping report) of head `m` (opened from `spec`) on split
+    `sp` (with `cfg.calibrate`, its thresholds fit here first: `calibrated`)."""
     cols_m, cols_s, missing, extra = mapping(m.classes, sp.classes)
     if not len(cols_s):
         raise birdjepa.config.ConfigError(
@@ -292,12 +291,11 @@ def run(cfg: config.EvalConfig, out: pathlib.Path, *, verbose: bool = True
         ) -> tuple[list[dict], dict]:
     """Every head on every test set: (result rows, summary part); writes per_class.csv."""
     splits = [split(cfg, ts) for ts in config.test_sets(cfg)]
-    for spec in cfg.heads:  # every model opens before anything is embedded
-        open_head(spec)
+    models = {spec: open_head(spec) for spec in cfg.heads}  # each opens before any embedding
     rows, per_class, mapped = [], [], {}
     for sp in splits:
-        for spec in cfg.heads:
-            r, pc, rep = score(cfg, sp, spec, out, verbose=verbose)
+        for spec, m in models.items():
+            r, pc, rep = score(cfg, sp, spec, m, out, verbose=verbose)
             rows += r
             per_class += pc
             mapped[f"{sp.spec.name}/{name_of(spec)}"] = rep
