@@ -526,3 +526,22 @@ def test_evaluate_refuses_centre_windows_on_a_split_of_windows(run_dir, annotate
         birdjepa.evaluate.run(config.EvalConfig(**common, out_dir=str(tmp_path / "a")),
                               verbose=False)
     assert not (tmp_path / "a").exists()
+
+
+def test_calibration_never_replaces_a_users_thresholds_file(birdset_head, tmp_path):
+    """A thresholds.json evaluate did not write (in out_dir) is refused before anything runs;
+    the model's directory gets none either."""
+    import birdjepa.config
+    import birdjepa.evaluate
+    import birdjepa.evaluate.config as config
+
+    b = birdset_head
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "thresholds.json").write_text('{"mine": 1}')
+    with pytest.raises(birdjepa.config.ConfigError, match="holding thresholds.json that "
+                       "evaluate did not write"):
+        birdjepa.evaluate.run(config.EvalConfig(
+            heads=(str(b["run"]),), test_shards=b["test_5s"], n_boot=100, calibrate="f1",
+            out_dir=str(tmp_path / "eval")), verbose=False)
+    assert (tmp_path / "eval" / "thresholds.json").read_text() == '{"mine": 1}'
+    assert not (b["run"] / "thresholds.json").exists()

@@ -28,7 +28,6 @@ import warnings
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv
@@ -130,8 +129,11 @@ def calibrated(cfg: config.EvalConfig, m: birdjepa.models.Model, spec: str, sp: 
     thr, fallback = thresholds.calibrate(probs, y_m, cfg.calibrate)
     for d in ([pathlib.Path(spec)] if pathlib.Path(spec).is_dir() else []) + [out]:
         d.mkdir(parents=True, exist_ok=True)
-        thresholds.save(d / thresholds.FILE, list(m.classes), thr, cfg.calibrate,
-                              str(sp.spec.test_shards), fallback)
+        try:  # a thresholds.json calibration did not write is the user's: never replaced
+            thresholds.save(d / thresholds.FILE, list(m.classes), thr, cfg.calibrate,
+                            str(sp.spec.test_shards), fallback)
+        except ValueError as e:
+            raise birdjepa.config.ConfigError(str(e)) from None
     m.thresholds, m.thresholds_rule = thr, cfg.calibrate
 
 
@@ -157,13 +159,8 @@ def probabilities(m: birdjepa.models.Model, cfg: config.EvalConfig, ts: config.T
         raise birdjepa.config.ConfigError(
             f"test set {ts.name!r}: expected one window per row ({n_rows}), got "
             f"{len(got['row'])}: rows {lost[:10]} could not be read (see the warning above)")
-    emb = jnp.asarray(got[pool].reshape(n_rows, -1))
-    head = eqx.filter_jit(lambda h, x: h(x))
-    logits = np.concatenate([np.asarray(head(m.head, emb[i:i + 4096]))
-                             for i in range(0, n_rows, 4096)])
-    act = jax.nn.softmax if m.activation == "softmax" else jax.nn.sigmoid
-    return np.asarray(act(jnp.asarray(logits), axis=-1) if m.activation == "softmax"
-                      else act(jnp.asarray(logits)), np.float64)
+    return birdjepa.models.detect.head_probabilities(
+        m, got[pool].reshape(n_rows, -1), m.activation).astype(np.float64)
 
 
 def decisions(probs_nc: np.ndarray, thr_c: np.ndarray | None) -> np.ndarray:
@@ -252,13 +249,14 @@ def score(cfg: config.EvalConfig, sp: Split, spec: str, m: birdjepa.models.Model
     thr_all = decision_thresholds(m)
     thr = None if thr_all is None else thr_all[cols_m]
     pred = decisions(probs, thr_all)[:, cols_m] if thr is None else decisions(scores, thr)
-    values = metrics.all_metrics(scores, y)
+    cv = metrics.curves(scores, y)  # one pass: the macro metrics and the per-class table
+    values = {k: float(v[0]) for k, v in metrics.from_curves(
+        cv, metrics.top1(scores, y)).items()}
     th = at_threshold(pred, y)
     values.update({k: float(th[k][0]) for k in THRESHOLD_METRICS})
     reps = intervals.replicates([scores], y, n_boot=cfg.n_boot, seed=0)
     th_reps = {k: [] for k in THRESHOLD_METRICS}
-    for w in intervals.weight_chunks(len(y), cfg.n_boot, 0,
-                                     max_cells=1 << 26):
+    for w in intervals.weight_chunks(len(y), cfg.n_boot, 0, max_cells=1 << 26):
         got = at_threshold(pred, y, w)
         for k in THRESHOLD_METRICS:
             th_reps[k].append(got[k])
@@ -272,8 +270,7 @@ def score(cfg: config.EvalConfig, sp: Split, spec: str, m: birdjepa.models.Model
         rows.append({**base, "metric": name, "value": values[name], "n_seeds": 1,
                      "mean": s.mean, "sd": s.sd, "min": s.min, "max": s.max, "lo": s.lo,
                      "hi": s.hi, "interval": s.method, "chance": chance.get(name, float("nan"))})
-    ap = metrics.per_class_ap(scores, y)
-    auc = metrics.per_class_auroc(scores, y)
+    ap, auc = cv["ap"][0], cv["auroc"][0]
     per = th["per_class"]
     per_class = [{"test_set": sp.spec.name, "model": name_of(spec), "class": sp.classes[j],
                   "n_positives": int(y[:, i].sum()), "ap": float(ap[i]), "auroc": float(auc[i]),

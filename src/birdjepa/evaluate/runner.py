@@ -205,7 +205,7 @@ def check_finite(emb: dict) -> None:
 
 
 OUTPUTS = ("results.parquet", "results.csv", "results.md", "results.png", "summary.json",
-           "per_class.csv")
+           "per_class.csv", "thresholds.json")
 """The files evaluate writes into out_dir (and its embeddings/ cache)."""
 
 

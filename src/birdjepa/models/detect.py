@@ -91,11 +91,23 @@ def probabilities(m: artifact.Model, src: recordings.Source, args,
                         n_workers=args.n_workers, audio_column=args.audio_column,
                         progress=not args.quiet, durations=durations,
                         settings=recordings.files(args), rates=rates)
-    emb = jnp.asarray(out[pool].reshape(len(out["row"]), -1))
-    logits = np.asarray(eqx.filter_jit(lambda h, x: h(x))(m.head, emb))
-    kind = activation_of(m, args)
-    probs = jax.nn.softmax(logits, axis=-1) if kind == "softmax" else jax.nn.sigmoid(logits)
-    return recordings.where(src, out, w, durations), np.asarray(probs)
+    probs = head_probabilities(m, out[pool].reshape(len(out["row"]), -1),
+                               activation_of(m, args))
+    return recordings.where(src, out, w, durations), probs
+
+
+HEAD_BLOCK = 4096
+"""Rows of embeddings through the head at a time (memory flat in an XCL-sized head)."""
+
+
+def head_probabilities(m: artifact.Model, emb_nd: np.ndarray, activation: str) -> np.ndarray:
+    """(rows, classes) float32 probabilities of the head on pooled embeddings: softmax or
+    sigmoid of its logits, HEAD_BLOCK rows at a time."""
+    head = eqx.filter_jit(lambda h, x: jax.nn.softmax(h(x), axis=-1) if activation == "softmax"
+                          else jax.nn.sigmoid(h(x)))
+    emb = jnp.asarray(emb_nd)
+    return np.concatenate([np.asarray(head(m.head, emb[i:i + HEAD_BLOCK]))
+                           for i in range(0, max(len(emb), 1), HEAD_BLOCK)])
 
 
 def rows(where: dict, probs_wc: np.ndarray, classes: list[str], *, min_conf,
