@@ -89,7 +89,7 @@ MAINS = {
     "birdjepa.evaluate": "birdjepa.evaluate.cli", "birdjepa.evaluate.report":
     "birdjepa.evaluate.report", "birdjepa.embed": "birdjepa.models.embed_cli",
     "birdjepa.predict": "birdjepa.models.detect", "birdjepa.export": "birdjepa.models.artifact",
-    "birdjepa.demo_data": "birdjepa.demo_data.cli", "birdjepa.sources": "birdjepa.data.sources",
+    "birdjepa.demo_data": "birdjepa.demo_data.cli", "birdjepa.sources": "birdjepa.sources",
 }
 """The module whose main(argv) each command runs."""
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-import birdjepa.evaluate.fewshot as fewshot
+import birdjepa.data.fewshot as fewshot
 import birdjepa.evaluate.metrics as metrics
 
 # 4 segments x 3 classes; class 2 has no positive (like NES's rucwar1).

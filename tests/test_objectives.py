@@ -265,3 +265,45 @@ def test_a_sigmoid_runs_curves_name_binary_cross_entropy(tmp_path):
     drawn = birdjepa.train.log.plot(path, tmp_path / "c.png", "supervised", multilabel=True)
     assert drawn[0][0] == ("loss = ce (binary cross-entropy, sigmoid per class), objective "
                            "supervised")
+
+
+def test_semi_supervised_lejepa_learns_from_labelled_rows_only():
+    """objective.lejepa.supervised_weight: the LeJEPA loss plus w x the class head's
+    cross-entropy over labelled rows; an unlabelled row (-1) adds nothing to it, a labelled
+    row's label changes the loss and the encoder's gradient, and weight 0 is the label-free loss exactly."""
+    import dataclasses
+
+    obj, sub, enc, _, batch = build("lejepa")
+    semi = dataclasses.replace(sub, supervised_weight=0.5)
+    heads = obj.init_heads(semi, enc, 4, key=jax.random.key(1))
+    plain = obj.init_heads(sub, enc, 4, key=jax.random.key(1))
+    assert heads.cls is not None and plain.cls is None
+    # the projector starts as it does without the option
+    np.testing.assert_array_equal(np.asarray(heads.fc1.w), np.asarray(plain.fc1.w))
+    target = jnp.asarray(batch["target"]).at[4:].set(-1)  # rows 4..7 unlabelled
+    b = {**batch, "target": target}
+
+    def run(bt, cfg=semi, hd=heads):
+        def f(enc, hd):
+            return obj.loss(cfg, enc, hd, bt, key=jax.random.key(2))[:2]
+
+        (loss, parts), g = eqx.filter_value_and_grad(f, has_aux=True)(enc, hd)
+        return float(loss), parts, g
+
+    loss, parts, g = run(b)
+    np.testing.assert_allclose(
+        loss, (1 - semi.lambd) * float(parts["inv"]) + semi.lambd * float(parts["sigreg"])
+        + 0.5 * float(parts["ce"]), rtol=1e-6)
+    want_ce = np.mean([float(jax.nn.logsumexp(lg) - lg[t]) for lg, t in zip(
+        np.asarray(heads.cls(obj.loss(semi, enc, heads, b, key=jax.random.key(2))[2])),
+        np.tile(np.asarray(target), 2), strict=True) if t >= 0])
+    np.testing.assert_allclose(float(parts["ce"]), want_ce, rtol=1e-5)
+    unlabelled = run({**b, "target": target.at[:].set(-1)})[1]
+    assert float(unlabelled["ce"]) == 0.0  # no labelled row: no supervised term
+    relabel = run({**b, "target": target.at[1].set((int(target[1]) + 1) % 4)})
+    assert relabel[0] != loss and not np.allclose(np.asarray(relabel[2].blocks.wq.w),
+                                                  np.asarray(g.blocks.wq.w))
+    assert float(jnp.abs(g.blocks.wq.w).sum()) > 0
+    label_free, _, _ = run(b, cfg=dataclasses.replace(semi, supervised_weight=0.0), hd=plain)
+    want, _, _ = run(b, cfg=sub, hd=plain)
+    assert label_free == want

@@ -21,6 +21,7 @@ import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
 import birdjepa.models.failures
 import birdjepa.models.inference as inference
+import birdjepa.sources
 
 pytestmark = pytest.mark.timeout(60)
 KINDS = {"pipe": "a FIFO (named pipe)", "zero": "a character device", "folder": "a directory"}
@@ -65,7 +66,7 @@ def test_the_one_reader_refuses_them_at_once(files):
 def test_pack_fails_in_one_line_naming_row_and_kind(files, bad, tmp_path, capsys):
     src = shard(tmp_path / "src", ["real", bad], files)
     t0 = time.monotonic()
-    assert birdjepa.data.sources.main(["pack", src, "--out_dir", str(tmp_path / "out")]) == 2
+    assert birdjepa.sources.main(["pack", src, "--out_dir", str(tmp_path / "out")]) == 2
     assert time.monotonic() - t0 < 1.0
     err = capsys.readouterr().err.strip()
     assert err == (f"error: {src}: row 1, column 'audio': {files[bad]}: expected a regular "
@@ -76,9 +77,9 @@ def test_pack_fails_in_one_line_naming_row_and_kind(files, bad, tmp_path, capsys
 def test_pack_bounds_file_size_and_still_packs_regular_files(files, tmp_path, capsys):
     src = shard(tmp_path / "src", ["real"], files)
     args = ["pack", src, "--out_dir", str(tmp_path / "out")]
-    assert birdjepa.data.sources.main(args + ["--max_audio_mb", "0.01"]) == 2
+    assert birdjepa.sources.main(args + ["--max_audio_mb", "0.01"]) == 2
     assert "expected at most max_audio_mb=0.01 MB" in capsys.readouterr().err
-    assert birdjepa.data.sources.main(["pack", src, "--out_dir", str(tmp_path / "ok")]) == 0
+    assert birdjepa.sources.main(["pack", src, "--out_dir", str(tmp_path / "ok")]) == 0
 
 
 def test_embed_skips_them_counted_and_named(files, tmp_path):

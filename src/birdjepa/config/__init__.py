@@ -436,11 +436,12 @@ LEGACY = {**architecture.LEGACY, "data.resampler": birdjepa.data.config.LEGACY_R
           "objective.supervised.mix": 0.0,
           **{f"objective.supervised.augment.{f.name}": f.default
              for f in dataclasses.fields(losses.AugmentConfig)},
-          "objective.lejepa.augment.time_mask": 0.0, "objective.lejepa.augment.freq_mask": 0.0}
+          "objective.lejepa.augment.time_mask": 0.0, "objective.lejepa.augment.freq_mask": 0.0,
+          "objective.lejepa.supervised_weight": 0.0}
 """Fields added after runs were saved, by the value their absence means (left out of the hash at
 it): the model fields of architecture.LEGACY, data.resampler (the legacy filter; an unset one in a
 new config is resolved by `with_resampler`), objective.supervised.mix and augment (off) and the
-augmentations' time and frequency masks (off)."""
+augmentations' time and frequency masks (off), LeJEPA's supervised_weight (0: label-free)."""
 
 
 def _legacy_default(key: str, value) -> bool:

@@ -114,8 +114,17 @@ class LeJEPAConfig:
     terms act on the encoder's pooled embedding itself (which SIGReg then makes isotropic)."""
     augment: AugmentConfig = AugmentConfig()
     """Per-view spectrogram augmentations (default: none); the probe sees the clean views."""
+    supervised_weight: float = 0.0
+    """Semi-supervised LeJEPA (Perch 2.0's lesson: use the labels where there are some): this
+    weight times the cross-entropy of a linear head on the pooled embedding of the global views,
+    over the rows that have a label, is added to the LeJEPA loss, and its gradient reaches the
+    encoder. Rows without one (a null label, -1: `python -m birdjepa.sources fewshot --keep
+    all` writes k labelled recordings per class among the others unlabelled) add nothing to it.
+    0: label-free (the online probe still only reports)."""
 
     def check(self, prefix: str) -> None:
+        require(_in(self.supervised_weight, 0, math.inf), prefix + "supervised_weight",
+                "a finite weight >= 0", self.supervised_weight)
         require(_in(self.lambd, 0, 1), prefix + "lambd",
                 "a weight in [0, 1] (invariance gets 1 - lambd)", self.lambd)
         for key, least in (("n_slices", 1), ("n_points", 2), ("proj_hidden", 1)):

@@ -31,12 +31,8 @@ import warnings
 from collections.abc import Sequence
 
 import birdjepa._rs
-import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
-import birdjepa.data.from_annotations as from_annotations
-import birdjepa.data.from_files as from_files
 import birdjepa.data.ipc
-import birdjepa.data.pack as pack
 
 _PART = re.compile(r"-\d{5}-of-\d{5}$")
 _SPLIT_WORDS = ("train", "test", "validation", "valid", "val", "eval", "dev")
@@ -241,32 +237,3 @@ def class_names(paths: list[str], column: str, dataset=None) -> list[str] | None
     feat = (feats or {}).get(column) or {}
     feat = feat.get("feature", feat)
     return list(feat["names"]) if isinstance(feat, dict) and "names" in feat else None
-
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m birdjepa.sources pack SRC --out_dir DST ...` (birdjepa.data.pack),
-    `python -m birdjepa.sources from_files SRC... --out_dir DST` (birdjepa.data.from_files) and
-    `python -m birdjepa.sources from_annotations TABLE... --out_dir DST`
-    (birdjepa.data.from_annotations)."""
-    p = cli_args.Parser("python -m birdjepa.sources", "Dataset tools of birdjepa.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                           parser_class=cli_args.Parser,
-                           help="the tool to run; `COMMAND --help` explains its options")
-    pack.add_options(sub.add_parser(
-        "pack", prog="python -m birdjepa.sources pack", description=pack.__doc__,
-        help="write any readable dataset (path-only audio included) as embedded-bytes Arrow "
-        "shards"))
-    from_files.add_options(sub.add_parser(
-        "from_files", prog="python -m birdjepa.sources from_files",
-        description=from_files.__doc__,
-        help="path-only Arrow shards from audio files (what datasets 5.x no longer writes)"))
-    from_annotations.add_options(sub.add_parser(
-        "from_annotations", prog="python -m birdjepa.sources from_annotations",
-        description=from_annotations.__doc__,
-        help="a test split (events, or labelled fixed windows) from Raven selection tables or "
-        "CSV annotations"))
-    a = p.parse_args(argv)
-    if a.command == "from_annotations":
-        return from_annotations.run(a, resolve, class_names)
-    return from_files.run(a) if a.command == "from_files" else pack.run(a, resolve)

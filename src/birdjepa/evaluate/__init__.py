@@ -9,7 +9,7 @@ present classes), top-1, with intervals.
 * `python -m birdjepa.evaluate.report RESULTS...`: re-render and merge results files.
 * Modules: `runner` (defines `run`; loads encoders), `checks` (checks before embedding),
   `cache` (embeddings per split), `protocol` (probes x k x seeds), `probes`, `metrics`, `intervals`,
-  `results`, `report`, `fewshot`, `progress`, `config` (splits are read by `birdjepa.data.table`).
+  `results`, `report`, `progress`, `config` (splits are read by `birdjepa.data.table`).
 
 `run` and `EvalConfig` are loaded on first access, so importing the package does not import JAX.
 """

@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa.config
+import birdjepa.data.fewshot as fewshot
 import birdjepa.data.table as table
 import birdjepa.evaluate.config as config
-import birdjepa.evaluate.fewshot as fewshot
 import birdjepa.models.recordings as recordings
 
 

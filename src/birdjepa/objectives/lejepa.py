@@ -75,6 +75,9 @@ class Heads(eqx.Module):
     fc1: birdjepa.model.Linear | None
     norm: BatchNorm | None
     fc2: birdjepa.model.Linear | None
+    cls: birdjepa.model.Linear | None = None
+    """The class head of `supervised_weight` > 0 (None: label-free; a checkpoint's tree is then
+    what it was before the option)."""
 
     def __call__(self, x_nd, w_n):
         if self.fc1 is None:
@@ -83,14 +86,17 @@ class Heads(eqx.Module):
 
 
 def init_heads(cfg: LeJEPAConfig, encoder: birdjepa.model.ViT, n_classes: int, *, key):
-    del n_classes
+    cls = None
+    if cfg.supervised_weight:  # its own key: the projector starts as it did without it
+        cls = birdjepa.model.Linear(encoder.width, n_classes, key=jax.random.fold_in(key, 7))
     if cfg.proj_dim == 0:
-        return Heads(None, None, None)
+        return Heads(None, None, None, cls)
     k1, k2 = jax.random.split(key)
     return Heads(
         birdjepa.model.Linear(encoder.width, cfg.proj_hidden, key=k1),
         BatchNorm(cfg.proj_hidden),
         birdjepa.model.Linear(cfg.proj_hidden, cfg.proj_dim, key=k2),
+        cls,
     )
 
 
@@ -123,6 +129,11 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
     )(z_vbk).mean()
     total = (1 - cfg.lambd) * inv + cfg.lambd * sig
     parts = {"inv": inv, "sigreg": sig}
+    target_n, w_n = common.tile_views(batch["target"], v), common.tile_views(w_b, v)
+    if heads.cls is not None:  # semi-supervised: labelled rows only (xent masks the others)
+        ce, acc = common.xent(heads.cls(emb), target_n, w_n)
+        total = total + cfg.supervised_weight * ce
+        parts = {**parts, "ce": ce, "train_acc": acc}
     if cfg.augment.enabled:
         emb = encoder(clean.reshape(v * b, *clean.shape[2:])).pooled_bd
-    return total, parts, emb, common.tile_views(batch["target"], v), common.tile_views(w_b, v)
+    return total, parts, emb, target_n, w_n

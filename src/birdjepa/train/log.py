@@ -173,14 +173,16 @@ def plot(metrics_path: pathlib.Path, png_path: pathlib.Path,
     rows = read(metrics_path)
     terms = birdjepa.config.losses.TERMS
     if objective is None:
-        objective = next((n for n, t in terms.items() if t and all(
-            any(k in r for r in rows) for k in t)), "probe_only")
+        objective = next((n for n, t in sorted(terms.items(), key=lambda nt: -len(nt[1]))
+                          if t and all(any(k in r for r in rows) for k in t)), "probe_only")
 
     def series(key):
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), int | float)]
         return [p[0] for p in pts], [p[1] for p in pts]
 
     own = dict(terms[objective])
+    if objective == "lejepa" and any("ce" in r for r in rows):  # objective.lejepa.supervised_weight
+        own["ce"] = "supervised cross-entropy, labelled rows"
     if multilabel and "ce" in own:  # sigmoid heads: the same key, binary cross-entropy
         own["ce"] = "binary cross-entropy, sigmoid per class"
     loss_title = "loss" if len(own) != 1 else "loss = {} ({})".format(*next(iter(own.items())))
