@@ -50,7 +50,8 @@ def fake_rows(encoder: str, test_sets=("HSN", "NBP"), seeds=(0, 1, 2), base: flo
                             "encoder_config_hash": "abc", "encoder_digest": digest,
                             "train_shards": "data/demo/train", "test_shards": f"data/{ts}",
                             "train_windows": "all", "window_s": 5.0, "hop_s": 2.5,
-                            "pool": "encoder", "n_boot": 1000, **settings})
+                            "pool": "encoder", "n_boot": 1000, "protocol": "",
+                            "sampling": "exact", **settings})
     return rows
 
 

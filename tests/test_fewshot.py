@@ -122,3 +122,64 @@ def test_fewshot_split_of_relative_path_only_audio_still_finds_it(tmp_path):
                                   str(tmp_path / "elsewhere" / "k1"), "--k", "1"]) == 0
     got = table.read_audio(tmp_path / "elsewhere" / "k1")
     assert len(got) == 2 and all(str(p).startswith(str(audio)) for p in got)
+
+
+def test_bird_mae_protocol_fixes_its_settings_and_refuses_others():
+    import birdjepa.config
+    import birdjepa.evaluate.config as config
+
+    cfg = config.with_protocol(config.EvalConfig(encoders=("x",), protocol="bird-mae"))
+    assert (cfg.sampling, cfg.shots, cfg.seeds) == ("lenient", (1, 5, 10), (1, 2, 3))
+    p = cfg.probe
+    assert (p.lr, p.weight_decay, p.batch_size, p.epochs, p.min_steps, p.grad_clip, p.loss,
+            p.n_prototypes) == (3e-4, 3e-4, 64, 50, 0, 2.0, "asl", 20)
+    assert config.with_protocol(config.EvalConfig()) == config.EvalConfig()  # none: as set
+    with pytest.raises(birdjepa.config.ConfigError,
+                       match=r"'shots': expected \(1, 5, 10\) \(protocol 'bird-mae' fixes it\) "
+                       r"or unset, got \(1, 20\)"):
+        config.with_protocol(config.EvalConfig(protocol="bird-mae", shots=(1, 20)))
+    with pytest.raises(birdjepa.config.ConfigError, match="'probe.epochs': expected 50"):
+        config.with_protocol(config.EvalConfig(
+            protocol="bird-mae", probe=config.birdjepa.evaluate.probes.ProbeConfig(epochs=7)))
+
+
+def test_lenient_evaluate_draws_eligible_recordings_and_names_the_protocol(tmp_path, capsys):
+    """checks.build under the protocol: the probe's rows are the lenient draw of
+    birdjepa.data.fewshot (no recording over 20 s or with a secondary label), a class short of
+    k keeps what it has and is named; every result row and table title names the protocol."""
+    import birdjepa.evaluate.checks as checks
+    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.report as report
+
+    rows = [(2, i % 3, []) for i in range(30)] + [(25, 0, []), (3, 1, ["x"])]
+    rows[2] = (30, 2, [])  # blujay: 9 eligible of 10
+    _split(tmp_path / "train", rows)
+    test = tmp_path / "test"
+    test.mkdir()
+    t = pa.table({"audio": pa.array([_wav(1, 500)] * 3, pa.binary()),
+                  "ebird_code_multilabel": pa.array([[0], [1], [2]], pa.list_(pa.int64()))})
+    with pa.OSFile(str(test / "data-00000.arrow"), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
+        w.write_table(t)
+    cfg = config.with_protocol(config.EvalConfig(
+        encoders=("x",), protocol="bird-mae", train_shards=str(tmp_path / "train"),
+        test_shards=str(test)))
+    plan = checks.build(cfg)[0]
+    elig = fewshot.lenient(tmp_path / "train").eligible
+    assert not elig[[2, 30, 31]].any()
+    for k in (1, 5, 10):
+        for s in (1, 2, 3):
+            got = plan.recordings[(k, s)]
+            assert elig[got].all()
+            np.testing.assert_array_equal(plan.y_train[got].sum(0), [k, k, min(k, 9)])
+            np.testing.assert_array_equal(got, fewshot.sample(plan.y_train, k, seed=s,
+                                                              eligible=elig))
+    err = capsys.readouterr().err
+    assert "lenient sampling: 29 of 32 training recordings eligible (2 longer than 20 s, 1 " \
+           "with secondary labels" in err and "fewer than k=10: blujay 9" in err
+    row = {"test_set": "t", "encoder": "e", "probe": "prototypical", "k": "5", "seed": 1,
+           "metric": "cmap", "value": 0.5, "n_seeds": 3, "mean": 0.5, "sd": 0.0, "min": 0.5,
+           "max": 0.5, "lo": 0.4, "hi": 0.6, "interval": "bootstrap-seeds+segments",
+           "protocol": "bird-mae"}
+    assert report.table([row], "cmap", "5").startswith(
+        "Bird-MAE few-shot protocol (arXiv 2504.12880")
+    assert not report.table([{**row, "protocol": ""}], "cmap", "5").startswith("Bird-MAE")

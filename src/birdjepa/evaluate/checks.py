@@ -16,6 +16,7 @@ other side's list; without names on either, classes are the ids 0..max.
 
 import dataclasses
 import os
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -134,18 +135,40 @@ def _class_lists(ts: config.TestSet, tr: pa.Table, te: pa.Table, fail: _Fail):
     return classes, y_all[:, [train_names.index(c) for c in classes]], y_test
 
 
-def _subsets(cfg: config.EvalConfig, y_train, classes, fail: _Fail) -> dict:
-    """Every (k, seed)'s training recordings; a class short of k rows is a ConfigError."""
+def _subsets(cfg: config.EvalConfig, ts: config.TestSet, y_train, classes,
+             fail: _Fail) -> dict:
+    """Every (k, seed)'s training recordings; with sampling = "exact" a class short of k rows
+    is a ConfigError, with "lenient" (Bird-MAE's) only eligible rows are drawn and a class
+    short of them is named on stderr."""
     counts = y_train.sum(0)
     if (counts == 0).any():
         empty = [classes[i] for i in np.flatnonzero(counts == 0)]
         raise fail("train_shards", "training recordings of every class of the test list",
                    f"none of {empty[:10]}")
+    eligible = None
+    if cfg.sampling == "lenient" and any(cfg.shots):
+        got = fewshot.lenient(ts.train_shards, audio_column=cfg.audio_column,
+                              audio_root=ts.audio_root or "", path_map=ts.path_map)
+        eligible = got.eligible
+        per = (y_train & eligible[:, None]).sum(0)
+        short = [(classes[i], int(per[i])) for i in np.flatnonzero(per < max(cfg.shots))]
+        print(f"evaluate: test set {fail.name!r}: lenient sampling: {int(eligible.sum())} of "
+              f"{len(eligible)} training recordings eligible ({got.too_long} longer than "
+              f"{fewshot.LENIENT_MAX_S:g} s, {got.secondary} with secondary labels, "
+              f"{got.unknown_length} of unknown length"
+              + ("" if got.has_secondary_column else f"; no {fewshot.SECONDARY_COLUMN} column")
+              + ")" + (f"; fewer than k={max(cfg.shots)}: " + ", ".join(
+                  f"{c} {n}" for c, n in short[:10]) if short else ""), file=sys.stderr)
+        if not eligible.any():
+            raise fail("sampling", "training recordings a lenient draw may take (<= "
+                       f"{fewshot.LENIENT_MAX_S:g} s, no secondary label)",
+                       f"none of {len(eligible)}")
     out = {}
     for k in cfg.shots:
         for seed in cfg.seeds:
             try:
-                out[(k, seed)] = fewshot.sample(y_train, k or None, seed=seed, names=classes)
+                out[(k, seed)] = fewshot.sample(y_train, k or None, seed=seed, names=classes,
+                                                eligible=eligible if k else None)
             except ValueError as e:
                 raise birdjepa.config.ConfigError(
                     f"test set {fail.name!r}: config key 'shots': {e}; lower k or drop it") from None
@@ -188,7 +211,7 @@ def build_one(cfg: config.EvalConfig, ts: config.TestSet) -> TestSetPlan:
     if not y_test.any():
         raise fail("test_label_column", "at least one positive label (every metric would be NaN)",
                    f"{len(y_test)} rows of {ts.test_shards!r} without one")
-    subsets = _subsets(cfg, y_train, classes, fail)
+    subsets = _subsets(cfg, ts, y_train, classes, fail)
     return TestSetPlan(ts, tuple(classes), y_train, y_test, subsets)
 
 

@@ -113,6 +113,21 @@ class EvalConfig:
     """Probes to train: linear, attentive, prototypical, knn."""
     shots: tuple[int, ...] = (1, 5, 0)
     """Training recordings per class; 0 means all of them."""
+    sampling: typing.Literal["exact", "lenient"] = "exact"
+    """How a few-shot k draws its training recordings: "exact", k per class from every
+    recording (a class with fewer is an error); "lenient", Bird-MAE's: only recordings of at
+    most 20 s without secondary labels (BirdSet's ebird_code_secondary; a split without the
+    column is checked for length alone), at most k per class, a class with fewer eligible
+    keeping what it has (named on stderr, counted in n_train_recordings). k = all takes every
+    recording either way (birdjepa.data.fewshot)."""
+    protocol: typing.Literal["", "bird-mae"] = ""
+    """A published few-shot protocol, named in every result row and table title it produces.
+    "bird-mae": Bird-MAE's (arXiv 2504.12880): sampling = "lenient", shots 1, 5, 10, seeds 1,
+    2, 3, and its probe recipe (AdamW 3e-4, weight decay 3e-4, batch 64, 50 epochs, clip 2,
+    the asymmetric loss, 20 prototypes per class, no minimum of updates); the probes stay yours
+    (Bird-MAE reports linear, attentive and prototypical). A key it fixes set to another value
+    is an error. Unlike Bird-MAE, a training recording gives windows as train_windows says,
+    not one window per detected event. "": this config's own settings."""
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     """Seeds: few-shot subset, probe initialisation and batch order. With fewer than 3, few-shot
     cells show the min-max range over seeds instead of an interval."""
@@ -227,6 +242,36 @@ def validate_probe(p: birdjepa.evaluate.probes.ProbeConfig) -> None:
           "a finite number > 0", p.knn_temperature)
 
 
+PROTOCOLS = {
+    "bird-mae": {
+        "sampling": "lenient", "shots": (1, 5, 10), "seeds": (1, 2, 3),
+        "probe": {"lr": 3e-4, "weight_decay": 3e-4, "batch_size": 64, "epochs": 50,
+                  "min_steps": 0, "grad_clip": 2.0, "loss": "asl", "n_prototypes": 20},
+    },
+}
+"""What each `protocol` fixes (its published settings)."""
+
+
+def with_protocol(cfg: EvalConfig) -> EvalConfig:
+    """`cfg` with its protocol's settings (PROTOCOLS); a key the protocol fixes that the config
+    sets to another value than its default is a ConfigError naming both."""
+    if not cfg.protocol:
+        return cfg
+    fixed, default = PROTOCOLS[cfg.protocol], EvalConfig()
+    probe = dict(fixed["probe"])
+    for key, want in probe.items():
+        got = getattr(cfg.probe, key)
+        _need(got in (want, getattr(default.probe, key)), f"probe.{key}",
+              f"{want!r} (protocol {cfg.protocol!r} fixes it) or unset", got)
+    for key in ("sampling", "shots", "seeds"):
+        got = getattr(cfg, key)
+        _need(got in (fixed[key], getattr(default, key)), key,
+              f"{fixed[key]!r} (protocol {cfg.protocol!r} fixes it) or unset", got)
+    return dataclasses.replace(
+        cfg, probe=dataclasses.replace(cfg.probe, **probe),
+        **{k: fixed[k] for k in ("sampling", "shots", "seeds")})
+
+
 def validate(cfg: EvalConfig) -> None:
     """ConfigError naming the key, the expected and the actual value (settings only; the data
     and encoders are checked by birdjepa.evaluate.checks before anything is embedded)."""
@@ -303,4 +348,4 @@ def cli(argv: list[str] | None = None) -> EvalConfig:
         "directory (out_dir excepted), paths on the command line to the current directory.",
         toml_paths=relative_to_toml)
     validate(cfg)
-    return cfg
+    return with_protocol(cfg)

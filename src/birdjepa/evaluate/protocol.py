@@ -36,7 +36,8 @@ def settings(cfg: config.EvalConfig, tp: checks.TestSetPlan, enc) -> dict:
         "train_shards": str(tp.spec.train_shards), "test_shards": str(tp.spec.test_shards),
         "train_windows": cfg.train_windows, "window_s": cfg.window_s,
         "hop_s": float("nan") if cfg.hop_s is None else cfg.hop_s,
-        "pool": cfg.pool, "n_boot": cfg.n_boot,
+        "pool": cfg.pool, "n_boot": cfg.n_boot, "protocol": cfg.protocol,
+        "sampling": cfg.sampling,
         **{f"probe_{k}": v for k, v in dataclasses.asdict(cfg.probe).items()},
     }
 

@@ -77,6 +77,11 @@ def _mean_cell(gs: list[dict | None]) -> str:
     return f"{np.mean([g['mean'] for g in gs]):.3f} ±{sd:.3f}"
 
 
+PROTOCOL_NAMES = {"bird-mae": "Bird-MAE few-shot protocol (arXiv 2504.12880: lenient "
+                  "sampling, its probe recipe)"}
+"""How a table title names the protocol its rows were produced under (evaluate's `protocol`)."""
+
+
 def table(rows: list[dict], metric: str = "cmap", k="all", fmt: str = "text") -> str:
     """One metric at one k: rows encoder x probe, columns test sets (+ mean)."""
     by = groups(rows)
@@ -85,7 +90,10 @@ def table(rows: list[dict], metric: str = "cmap", k="all", fmt: str = "text") ->
     pairs = _unique((r["encoder"], r["probe"]) for r in rows)
     methods = _unique(g["interval"] for key, g in by.items() if key[3] == k and key[4] == metric)
     n_seeds = sorted({g["n_seeds"] for key, g in by.items() if key[3] == k})
-    title = (f"{metric}, k={k}: mean over {'/'.join(map(str, n_seeds))} seeds ±sd over seeds; "
+    named = [PROTOCOL_NAMES.get(p, p) for p in _unique(
+        r.get("protocol") or "" for r in rows if str(r["k"]) == k) if p]
+    title = ((f"{' and '.join(named)}: " if named else "")
+             + f"{metric}, k={k}: mean over {'/'.join(map(str, n_seeds))} seeds ±sd over seeds; "
              + "; ".join(_METHOD.get(m, m) for m in methods))
     head = ["encoder", "probe", *sets] + (["mean"] if len(sets) > 1 else [])
     body = []

@@ -54,7 +54,7 @@ SCHEMA = pa.schema(
        ("encoder_config_hash", pa.string()), ("encoder_digest", pa.string())]
     + [(c, pa.string()) for c in ("train_shards", "test_shards", "train_windows")]
     + [("window_s", pa.float64()), ("hop_s", pa.float64()), ("pool", pa.string()),
-       ("n_boot", pa.int64())]
+       ("n_boot", pa.int64()), ("protocol", pa.string()), ("sampling", pa.string())]
     + [(f"probe_{f.name}", _PROBE_TYPES[type(getattr(probes.ProbeConfig(), f.name))])
        for f in dataclasses.fields(probes.ProbeConfig)]
 )
@@ -102,6 +102,8 @@ def read(path: str | pathlib.Path) -> list[dict]:
     rows = t.to_pylist()
     for r in rows:  # files written before the column existed
         r.setdefault("chance", float("nan"))
+        r.setdefault("protocol", "")
+        r.setdefault("sampling", "exact")
     return rows
 
 

@@ -259,6 +259,7 @@ def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
     out_dir/summary.json) with the result rows under "rows"."""
     t_start, out = time.perf_counter(), pathlib.Path(cfg.out_dir)
     config.validate(cfg)
+    cfg = config.with_protocol(cfg)
     check_out_dir(out)
     if cfg.heads and not (cfg.encoders or cfg.random):
         return _run_heads(cfg, out, t_start, verbose)
