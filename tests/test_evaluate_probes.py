@@ -29,6 +29,14 @@ def problem(n: int, seed: int):
     return tokens, pooled, y
 
 
+def layered(tokens, seed: int, at: int = 1, n_layers: int = 3):
+    """(n, L, P, D): `tokens` as block `at`, the other blocks noise of another scale."""
+    rng = np.random.default_rng(seed + 50)
+    out = (5.0 * rng.normal(size=(len(tokens), n_layers, *tokens.shape[1:]))).astype(np.float32)
+    out[:, at] = tokens
+    return out
+
+
 CFG = probes.ProbeConfig(lr=3e-3, min_steps=150, epochs=1, n_prototypes=8, knn_k=5)
 
 
@@ -36,8 +44,9 @@ CFG = probes.ProbeConfig(lr=3e-3, min_steps=150, epochs=1, n_prototypes=8, knn_k
 def test_probe_learns_and_fails_on_shuffled_labels(kind):
     tok_tr, pool_tr, y_tr = problem(160, 0)
     tok_te, pool_te, y_te = problem(200, 1)
-    use_tokens = kind in probes.TOKEN_KINDS
-    x_tr, x_te = (tok_tr, tok_te) if use_tokens else (pool_tr, pool_te)
+    field = probes.FIELDS[kind]
+    x_tr, x_te = {"patches": (tok_tr, tok_te), "pooled": (pool_tr, pool_te),
+                  "layers": (layered(tok_tr, 0), layered(tok_te, 1))}[field]
     scores, info = probes.fit_predict(kind, x_tr, y_tr, x_te, CFG, key=jax.random.key(0))
     assert scores.shape == (200, C) and np.isfinite(scores).all()
     good = metrics.cmap(scores, y_te)
@@ -90,3 +99,40 @@ def test_batched_runs_equal_one_at_a_time(kind, how, monkeypatch):
         np.testing.assert_allclose(scores, want, rtol=1e-4, atol=1e-4)
         assert info["n_steps"] == want_info["n_steps"]
         assert info["loss_first"] == pytest.approx(want_info["loss_first"], rel=1e-4)
+
+
+def test_multilayer_probe_reads_what_only_an_earlier_block_holds():
+    """The species are in block 0's tokens; the last block's are noise: the multi-layer
+    attentive probe finds them, the attentive probe on the last block cannot."""
+    tok_tr, _, y_tr = problem(160, 0)
+    tok_te, _, y_te = problem(200, 1)
+    x_tr, x_te = layered(tok_tr, 0, at=0), layered(tok_te, 1, at=0)
+    ml, _ = probes.fit_predict("multilayer", x_tr, y_tr, x_te, CFG, key=jax.random.key(0))
+    last, _ = probes.fit_predict("attentive", x_tr[:, -1], y_tr, x_te[:, -1], CFG,
+                                 key=jax.random.key(0))
+    chance = y_te.mean(0)[y_te.any(0)].mean()
+    assert metrics.cmap(ml, y_te) > 0.9
+    assert metrics.cmap(last, y_te) < chance + 0.15
+    with pytest.raises(ValueError, match=r"probe 'multilayer': expected 4-D inputs"):
+        probes.fit_predict("multilayer", tok_tr, y_tr, tok_te, CFG, key=jax.random.key(0))
+
+
+def test_layer_patches_are_the_blocks_outputs():
+    """ViT.layer_patches: the last block's tokens equal the forward's un-normed patch tokens,
+    and an earlier block's are what running only the blocks up to it gives."""
+    import equinox as eqx
+
+    import birdjepa.config.architecture as architecture
+    import birdjepa.model
+
+    cfg = architecture.resolve(architecture.ModelConfig(preset="debug", patch=(8, 16), depth=3))
+    enc = birdjepa.model.ViT(cfg, n_frames=32, n_mels=32, key=jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (2, 32, 32))
+    got = np.asarray(enc.layer_patches(x, (0, -1)))
+    assert got.shape == (2, 2, 8, cfg.width)  # (32 / 8) x (32 / 16) patches
+    np.testing.assert_allclose(got[:, 1], np.asarray(enc(x, normed_patches=False).patches_bnd),
+                               rtol=1e-5, atol=1e-5)
+    one = eqx.tree_at(lambda e: e.blocks, enc, jax.tree.map(
+        lambda a: a[:1] if eqx.is_array(a) else a, enc.blocks))
+    np.testing.assert_allclose(got[:, 0], np.asarray(one(x, normed_patches=False).patches_bnd),
+                               rtol=1e-5, atol=1e-5)

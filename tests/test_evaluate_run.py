@@ -169,3 +169,27 @@ def test_the_cache_key_follows_each_path_only_recording(tmp_path):
         f.seek(0)
         f.write(b[::-1])
     assert table.fingerprint(split, "audio") != fp2
+
+
+def test_multilayer_probe_reads_every_block_from_one_cached_embedding(corpus, tmp_path,
+                                                                        embed_calls):
+    """probes = ["multilayer"]: the training and test splits are embedded once with every
+    block's patch tokens (a 2-block encoder: both of layers -4..-1), cached under a key of
+    their own, and the probe's rows are written."""
+    two = tmp_path / "two.toml"
+    two.write_text((corpus / "tiny.toml").read_text().replace("depth = 1", "depth = 2", 1))
+    base = dict(random=(str(two),), train_shards=str(corpus / "train"),
+                test_shards=str(corpus / "test"), shots=(0,), seeds=(0,), probe=FAST,
+                n_boot=100, out_dir=str(tmp_path / "out"))
+    rows = birdjepa.evaluate.run(config.EvalConfig(probes=("multilayer",), **base),
+                                 verbose=False)["rows"]
+    assert {r["probe"] for r in rows} == {"multilayer"} and all(
+        np.isfinite(r["value"]) or r["metric"] != "cmap" for r in rows)
+    cached = sorted((tmp_path / "out" / "embeddings").rglob("*.npz"))
+    assert len(cached) == 2 and embed_calls == {"features": 2, "encode": 2}
+    with np.load(cached[0]) as z:
+        layers, patches = z["layers"], z["patches"]
+    assert layers.dtype == np.float16 and layers.shape[:1] + layers.shape[2:] == patches.shape
+    assert layers.shape[1] == 2
+    birdjepa.evaluate.run(config.EvalConfig(probes=("linear",), **base), verbose=False)
+    assert len(sorted((tmp_path / "out" / "embeddings").rglob("*.npz"))) == 4  # another key

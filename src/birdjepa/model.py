@@ -412,13 +412,9 @@ class ViT(eqx.Module):
         x = x_btm.reshape(b, gt, pt, gm, pm).transpose(0, 1, 3, 2, 4)
         return x.reshape(b, gt * gm, pt * pm)
 
-    def __call__(
-        self, x_btm: Float[Array, "b t m"], *, keep_bk: Int[Array, "b k"] | None = None,
-        normed_patches: bool = True,
-    ) -> Output:
-        """Encode; `keep_bk` (patch indices) restricts the encoder to a subset (MAE).
-        `normed_patches=False` returns the last block's patch tokens before the final norm
-        (Hugging Face's `hidden_states[-1]`; what `embed` gives for a Bird-MAE model)."""
+    def _tokens(self, x_btm: Float[Array, "b t m"], keep_bk: Int[Array, "b k"] | None = None):
+        """The first block's input: patch embeddings (+ positions), CLS and registers first;
+        with the RoPE angles and the number of special tokens."""
         b = x_btm.shape[0]
         dt, rdt = DTYPES[self.cfg.compute_dtype], DTYPES[self.cfg.residual_dtype]
         tok_bnd = self.patch_embed(self.patchify(x_btm).astype(dt)).astype(jnp.float32)
@@ -446,6 +442,31 @@ class ViT(eqx.Module):
                 [jnp.zeros((len(idx), n_special, 2), coords.dtype), coords], 1)
             head_dim = self.cfg.width // self.cfg.n_heads
             ang = jax.vmap(lambda c: rope_angles(c, head_dim))(coords)
+        return x_bnd, ang, n_special
+
+    def layer_patches(self, x_btm: Float[Array, "b t m"], layers: tuple[int, ...]
+                      ) -> Float[Array, "b l n d"]:
+        """The patch tokens after each block of `layers` (0 = the first block; negative: from
+        the last), as the residual stream holds them (before any final norm), float32: what a
+        multi-layer probe reads (birdjepa.evaluate.probes.MultiLayer). Runs every block once."""
+        x_bnd, ang, n_special = self._tokens(x_btm)
+        dyn, static = eqx.partition(self.blocks, eqx.is_array)
+        picked = [range(self.cfg.depth)[i] for i in layers]  # IndexError names a bad one
+        outs = []
+        for i in range(max(picked) + 1):
+            x_bnd = eqx.combine(jax.tree.map(lambda a, i=i: a[i], dyn), static)(x_bnd, ang)
+            if i in picked:
+                outs.append(x_bnd[:, n_special:].astype(jnp.float32))
+        return jnp.stack([outs[sorted(set(picked)).index(i)] for i in picked], axis=1)
+
+    def __call__(
+        self, x_btm: Float[Array, "b t m"], *, keep_bk: Int[Array, "b k"] | None = None,
+        normed_patches: bool = True,
+    ) -> Output:
+        """Encode; `keep_bk` (patch indices) restricts the encoder to a subset (MAE).
+        `normed_patches=False` returns the last block's patch tokens before the final norm
+        (Hugging Face's `hidden_states[-1]`; what `embed` gives for a Bird-MAE model)."""
+        x_bnd, ang, n_special = self._tokens(x_btm, keep_bk)
         x_bnd = self._blocks(x_bnd, ang)
         norm, raw = self.norm, x_bnd[:, n_special:].astype(jnp.float32)
         if isinstance(norm, PoolNorms):

@@ -54,8 +54,18 @@ def pool_of(enc, cfg: config.EvalConfig) -> str:
     return enc.model.cfg.pool if cfg.pool == "encoder" else cfg.pool
 
 
+def layers_of(enc, cfg: config.EvalConfig) -> tuple[int, ...]:
+    """The blocks the multilayer probe reads for `enc` (cfg.layers resolved against its depth,
+    each block once, in order); () when no multilayer probe is asked for."""
+    if "multilayer" not in cfg.probes:
+        return ()
+    depth = enc.model.cfg.depth
+    return tuple(sorted({min(max(i + depth if i < 0 else i, 0), depth - 1)
+                         for i in cfg.layers}))
+
+
 def cache_key(enc, source, w: inference.Windows, pool: str, audio_column: str,
-              data_fp: str, files: dict | None = None) -> str:
+              data_fp: str, files: dict | None = None, layers: tuple[int, ...] = ()) -> str:
     """sha256 (16 hex) of everything the embeddings of `source` by `enc` depend on (`files`:
     where path-only audio is read, when audio_root or path_map is set)."""
     blob = json.dumps({
@@ -64,7 +74,8 @@ def cache_key(enc, source, w: inference.Windows, pool: str, audio_column: str,
                     if (k, v) not in (("pad", "zero"),
                                       ("resampler", birdjepa.data.config.LEGACY_RESAMPLER))},
         "pool": pool, "audio_column": audio_column,
-        "data": data_fp, **({"files": files} if files else {})}, sort_keys=True, default=str)
+        "data": data_fp, **({"files": files} if files else {}),
+        **({"layers": list(layers)} if layers else {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -112,8 +123,8 @@ def _embed_split(encoders, source, role: str, n_rows: int, cfg, cache_dir: pathl
     feats: dict = {}
     out = {}
     for enc in encoders:
-        w, pool = windows(enc, cfg, role), pool_of(enc, cfg)
-        key = cache_key(enc, source, w, pool, cfg.audio_column, data_fp, moved)
+        w, pool, layers = windows(enc, cfg, role), pool_of(enc, cfg), layers_of(enc, cfg)
+        key = cache_key(enc, source, w, pool, cfg.audio_column, data_fp, moved, layers)
         path = cache_dir / enc.name / f"{role}-{key}.npz"
         if path.exists():
             out[enc.name] = _load(path)
@@ -130,7 +141,7 @@ def _embed_split(encoders, source, role: str, n_rows: int, cfg, cache_dir: pathl
                     source, w, batch_size=cfg.batch_size, audio_column=cfg.audio_column,
                     n_workers=cfg.n_workers, **moved), feats[w]), bar)
             arrays = inference.encode(enc.model, batches, (pool, "patches"),
-                                  batch_size=cfg.batch_size)
+                                      batch_size=cfg.batch_size, layers=layers)
         arrays["pooled"] = arrays.pop(pool)
         _save(path, arrays)
         out[enc.name] = arrays

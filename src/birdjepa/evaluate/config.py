@@ -109,8 +109,13 @@ class EvalConfig:
     pool: typing.Literal["encoder", "cls", "mean"] = "encoder"
     """Pooled embedding of the linear and kNN probes: the encoder's own (model.pool), CLS, or
     patch mean."""
-    probes: tuple[str, ...] = birdjepa.evaluate.probes.KINDS
-    """Probes to train: linear, attentive, prototypical, knn."""
+    probes: tuple[str, ...] = ("linear", "attentive", "prototypical", "knn")
+    """Probes to train: linear, attentive, prototypical (over patch tokens), knn, multilayer
+    (multi-layer attentive over the blocks of `layers`; its embeddings cost len(layers) x
+    the patch tokens' memory and cache)."""
+    layers: tuple[int, ...] = (-4, -3, -2, -1)
+    """Blocks whose patch tokens the multilayer probe reads (0: the first; negative: from the
+    last; an encoder with fewer blocks uses each it has once: the debug encoder's 2)."""
     shots: tuple[int, ...] = (1, 5, 0)
     """Training recordings per class; 0 means all of them."""
     sampling: typing.Literal["exact", "lenient"] = "exact"
@@ -286,6 +291,8 @@ def validate(cfg: EvalConfig) -> None:
     _need(all(p in birdjepa.evaluate.probes.KINDS for p in cfg.probes), "probes",
           f"values in {birdjepa.evaluate.probes.KINDS}", cfg.probes)
     _need(len(set(cfg.probes)) == len(cfg.probes), "probes", "no repeats", cfg.probes)
+    _need(len(cfg.layers) >= 1 and len(set(cfg.layers)) == len(cfg.layers), "layers",
+          "distinct block indices (negative: from the last)", cfg.layers)
     _need(cfg.shots and all(k >= 0 for k in cfg.shots), "shots", "ints >= 0 (0: all)",
           cfg.shots)
     _need(len(set(cfg.shots)) == len(cfg.shots), "shots", "no repeats", cfg.shots)

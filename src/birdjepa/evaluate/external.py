@@ -179,7 +179,7 @@ def check(spec: str, test_set: str, n_train: int, n_test: int, cfg) -> None:
     """Up front: files, columns, and rows (every training row present, exactly one window per
     test row, none out of range, no window twice), vectors (numbers, one width in both
     splits), and no probe that needs patch tokens."""
-    tokens = [k for k in cfg.probes if k in probes.TOKEN_KINDS]
+    tokens = [k for k in cfg.probes if probes.FIELDS[k] != "pooled"]
     if tokens:
         raise _fail(spec, f"precomputed embeddings are pooled vectors only; expected probes "
                     f"without patch tokens, got {tokens} (drop them from 'probes')")

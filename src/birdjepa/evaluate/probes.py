@@ -7,6 +7,10 @@
   prototype's similarity is the cosine similarity to its best-matching patch token (max-pool
   over patches); a class's logit is a learned weighting of its own J similarities plus a bias.
   Prototypes start at (unit-norm) patch tokens of random training rows of their class.
+* multilayer (multi-layer attentive probing, as in "Unmute the Patch Tokens", arXiv
+  2509.24901): the attentive probe's pooling applied to the patch tokens after each of several
+  blocks (EvalConfig.layers), each layer with its own queries and projections, the pooled
+  vectors joined, then linear.
 * knn: cosine k-nearest neighbours on the pooled embedding (no training); a class's score is
   the softmax(similarity / 0.07)-weighted vote of the neighbours holding it.
 
@@ -32,9 +36,13 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float
 
-KINDS = ("linear", "attentive", "prototypical", "knn")
+KINDS = ("linear", "attentive", "prototypical", "knn", "multilayer")
 TOKEN_KINDS = ("attentive", "prototypical")
-"""Probes that read patch tokens (N, P, D); the others read pooled embeddings (N, D)."""
+"""Probes that read patch tokens (N, P, D); "multilayer" reads several blocks' patch tokens
+(N, L, P, D); the others read pooled embeddings (N, D)."""
+FIELDS = {"attentive": "patches", "prototypical": "patches", "multilayer": "layers",
+          "linear": "pooled", "knn": "pooled"}
+"""The cached embedding each probe reads (birdjepa.evaluate.cache)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +123,34 @@ class Attentive(eqx.Module):
         xbar_bhd = jnp.einsum("bph,bpd->bhd", attn_bph, x_bpd)
         pooled_bd = jnp.einsum("bhd,dhk->bhk", xbar_bhd, w_v_dhk).reshape(b, d)
         return self.head(pooled_bd)
+
+
+class MultiLayer(eqx.Module):
+    q_lhk: Float[Array, "l h k"]
+    w_k_ldd: Float[Array, "l d d"]
+    w_v_ldd: Float[Array, "l d d"]
+    head: Linear
+
+    def __init__(self, n_layers: int, d: int, c: int, n_heads: int, *, key):
+        if d % n_heads:
+            raise ValueError(f"multilayer probe: n_heads={n_heads} must divide width {d}")
+        kq, kk, kv, kh = jax.random.split(key, 4)
+        self.q_lhk = jax.random.normal(kq, (n_layers, n_heads, d // n_heads)) * 0.02
+        self.w_k_ldd = jax.random.normal(kk, (n_layers, d, d)) / math.sqrt(d)
+        self.w_v_ldd = jax.random.normal(kv, (n_layers, d, d)) / math.sqrt(d)
+        self.head = Linear(n_layers * d, c, key=kh)
+
+    def __call__(self, x_blpd: Float[Array, "b l p d"]) -> Float[Array, "b c"]:
+        """`Attentive`'s pooling (projections folded the same way) per layer, joined."""
+        b, n_layers, p, d = x_blpd.shape
+        h = self.q_lhk.shape[1]
+        w_k = self.w_k_ldd.reshape(n_layers, d, h, d // h)
+        w_v = self.w_v_ldd.reshape(n_layers, d, h, d // h)
+        u_ldh = jnp.einsum("ldhk,lhk->ldh", w_k, self.q_lhk) / math.sqrt(d // h)
+        attn_blph = jax.nn.softmax(jnp.einsum("blpd,ldh->blph", x_blpd, u_ldh), axis=2)
+        xbar_blhd = jnp.einsum("blph,blpd->blhd", attn_blph, x_blpd)
+        pooled = jnp.einsum("blhd,ldhk->blhk", xbar_blhd, w_v).reshape(b, n_layers * d)
+        return self.head(pooled)
 
 
 class Prototypical(eqx.Module):
@@ -232,9 +268,15 @@ def batch_indices(n: int, cfg: ProbeConfig, *, seed: int) -> np.ndarray:
 
 
 def standardise(train, *others):
-    """Per-dimension z-scores with the training rows' (and tokens') mean and std."""
-    flat = train.reshape(-1, train.shape[-1])
-    mu, sd = flat.mean(0), flat.std(0) + 1e-6
+    """Per-dimension z-scores with the training rows' (and tokens') mean and std; several
+    layers' tokens (N, L, P, D) per layer and dimension (each block's stream has its own
+    scale). Float32 out (a cache may hold float16)."""
+    if train.ndim == 4:
+        mu = train.mean((0, 2), dtype=np.float64)[None, :, None]
+        sd = train.std((0, 2), dtype=np.float64)[None, :, None] + 1e-6
+    else:
+        flat = train.reshape(-1, train.shape[-1])
+        mu, sd = flat.mean(0, dtype=np.float64), flat.std(0, dtype=np.float64) + 1e-6
     return tuple(((a - mu) / sd).astype(np.float32) for a in (train, *others))
 
 
@@ -244,6 +286,8 @@ def _init(kind: str, x_train, y_train, cfg: ProbeConfig, *, key):
         return Linear(d, c, key=key)
     if kind == "attentive":
         return Attentive(d, c, cfg.n_heads, key=key)
+    if kind == "multilayer":
+        return MultiLayer(x_train.shape[1], d, c, cfg.n_heads, key=key)
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
     protos = np.zeros((c, cfg.n_prototypes, d), np.float32)
     for ci in range(c):
@@ -274,7 +318,7 @@ def knn_scores(train_nd, y_train_nc, test_md, cfg: ProbeConfig) -> np.ndarray:
 def _check_inputs(kind: str, x_train, x_test) -> None:
     if kind not in KINDS:
         raise ValueError(f"probe: expected one of {KINDS}, got {kind!r}")
-    want = 3 if kind in TOKEN_KINDS else 2
+    want = {"patches": 3, "layers": 4, "pooled": 2}[FIELDS[kind]]
     if x_train.ndim != want or x_test.ndim != want:
         raise ValueError(f"probe {kind!r}: expected {want}-D inputs, got {x_train.shape} and "
                          f"{x_test.shape}")

@@ -44,7 +44,7 @@ def settings(cfg: config.EvalConfig, tp: checks.TestSetPlan, enc) -> dict:
 
 def _inputs(tr: dict, te: dict, kinds) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{field: (train, test)} standardised with all training rows' statistics, once per field."""
-    fields = {"patches" if k in probes.TOKEN_KINDS else "pooled" for k in kinds}
+    fields = {probes.FIELDS[k] for k in kinds}
     return {f: probes.standardise(tr[f], tr[f], te[f])[1:] for f in sorted(fields)}
 
 
@@ -100,7 +100,7 @@ def evaluate(tp: checks.TestSetPlan, enc, tr: dict, te: dict, cfg: config.EvalCo
             concurrent.futures.ThreadPoolExecutor(1) as pool:
         for kind in cfg.probes:
             t0 = time.perf_counter()
-            x, x_test = inputs["patches" if kind in probes.TOKEN_KINDS else "pooled"]
+            x, x_test = inputs[probes.FIELDS[kind]]
             bar.extra = kind
             fits = probes.fit_predict_many(kind, x, y_win, x_test, subsets, cfg.probe,
                                            keys=keys, progress=lambda n: bar.update(n))

@@ -425,6 +425,11 @@ def _forward(encoder, x_btm, want_patches: bool):
     return out.pooled_bd, (out.patches_bnd if want_patches else None)
 
 
+@eqx.filter_jit
+def _layers(encoder, x_btm, layers: tuple[int, ...]):
+    return encoder.layer_patches(x_btm, layers).astype(jnp.float16)
+
+
 def bucket(n: int, batch_size: int, compiled: set[int]) -> int:
     """The padded batch shape for `n` windows: the smallest shape already compiled that holds
     them, else the next power of two (at most `batch_size`). A job compiles at most
@@ -435,16 +440,21 @@ def bucket(n: int, batch_size: int, compiled: set[int]) -> int:
 
 
 def encode(encoder: birdjepa.model.ViT, batches, pools: tuple[str, ...],
-           *, batch_size: int = 64, progress=None) -> dict[str, np.ndarray]:
+           *, batch_size: int = 64, progress=None, layers: tuple[int, ...] = ()
+           ) -> dict[str, np.ndarray]:
     """Run the encoder over `features` batches, each padded to a `bucket` shape; {pool: array}
-    for each requested pool plus "row" and "start_s". `progress(rows, compile_s)` is called
-    after each batch with its row ids and the seconds it spent compiling a new shape (0.0)."""
+    for each requested pool plus "row" and "start_s", and with `layers` "layers": (windows,
+    len(layers), patches, d) float16, the patch tokens after those blocks
+    (`ViT.layer_patches`). `progress(rows, compile_s)` is called after each batch with its row
+    ids and the seconds it spent compiling a new shape (0.0)."""
     bad = [p for p in pools if p not in POOLS]
     if bad:
         raise ValueError(f"pool: expected values in {POOLS}, got {bad}")
     vector = [p for p in pools if p != "patches"]
     encs = {p: with_pool(encoder, p) for p in vector or ["mean"]}
     out: dict[str, list] = {p: [] for p in (*pools, "row", "start_s")}
+    if layers:
+        out["layers"] = []
     compiled: set[int] = set()
     for x, rows, starts in batches:
         b = len(x)
@@ -457,6 +467,8 @@ def encode(encoder: birdjepa.model.ViT, batches, pools: tuple[str, ...],
                 out[p].append(np.asarray(pooled[:b]))
             if patches is not None:
                 out["patches"].append(np.asarray(patches[:b]))
+        if layers:
+            out["layers"].append(np.asarray(_layers(encoder, xp, tuple(layers))[:b]))
         compiled.add(shape)
         out["row"].append(rows)
         out["start_s"].append(starts)
