@@ -44,13 +44,26 @@ demo: $(DEMO_DIR)/.done-split
 # (runs/demo), the default label-free recipe (runs/demo-lejepa, the same encoder), then both and
 # that encoder's random init, probed with 5 seeds into runs/eval-demo (results.csv). A run directory
 # with a COMPLETE marker is reused as it is: delete it to retrain (e.g. after changing its config).
-ssl-demo: runs/eval-demo/results.csv
+# Then few labels (docs/issues/031-few-labels): both encoders under Bird-MAE's few-shot protocol
+# (runs/eval-fewshot), 9 supervised baselines each trained on the k = 1, 5, 10 labels of one
+# sampling seed (runs/fs), each probed on its own k rows, and the k table. SEMI="K SEED ..." adds
+# semi-supervised LeJEPA runs (17 minutes each on 2 cores), e.g. make ssl-demo SEMI="5 1".
+SEMI ?=
+ssl-demo: runs/eval-demo/results.csv runs/eval-fewshot/results.csv
+	PY=$(PY) bash docs/issues/031-few-labels/train.sh baseline
+	$(if $(strip $(SEMI)),PY=$(PY) bash docs/issues/031-few-labels/train.sh semi $(SEMI))
+	PY=$(PY) bash docs/issues/031-few-labels/eval.sh
+	$(PY) docs/issues/031-few-labels/ktable.py
 
 runs/demo/COMPLETE: | $(DEMO_DIR)/.done-split
 	$(PY) -m birdjepa.pretrain --cfg configs/demo.toml --run_dir=runs/demo
 
 runs/demo-lejepa/COMPLETE: | $(DEMO_DIR)/.done-split
 	$(PY) -m birdjepa.pretrain --cfg configs/demo-lejepa.toml --run_dir=runs/demo-lejepa
+
+runs/eval-fewshot/results.csv: runs/demo/COMPLETE runs/demo-lejepa/COMPLETE configs/eval-fewshot.toml
+	$(PY) -m birdjepa.evaluate --cfg configs/eval-fewshot.toml --out_dir runs/eval-fewshot \
+		--encoders runs/demo --encoders runs/demo-lejepa
 
 runs/eval-demo/results.csv: runs/demo/COMPLETE runs/demo-lejepa/COMPLETE configs/eval-demo.toml
 	$(PY) -m birdjepa.evaluate --cfg configs/eval-demo.toml --out_dir runs/eval-demo \

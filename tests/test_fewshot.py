@@ -134,9 +134,11 @@ def test_bird_mae_protocol_fixes_its_settings_and_refuses_others():
     assert (p.lr, p.weight_decay, p.batch_size, p.epochs, p.min_steps, p.grad_clip, p.loss,
             p.n_prototypes) == (3e-4, 3e-4, 64, 50, 0, 2.0, "asl", 20)
     assert config.with_protocol(config.EvalConfig()) == config.EvalConfig()  # none: as set
+    one = config.with_protocol(config.EvalConfig(protocol="bird-mae", shots=(5,), seeds=(2,)))
+    assert (one.shots, one.seeds, one.sampling) == ((5,), (2,), "lenient")
     with pytest.raises(birdjepa.config.ConfigError,
-                       match=r"'shots': expected \(1, 5, 10\) \(protocol 'bird-mae' fixes it\) "
-                       r"or unset, got \(1, 20\)"):
+                       match=r"'shots': expected values of \(1, 5, 10\) \(protocol 'bird-mae' "
+                       r"fixes them\) or unset, got \(1, 20\)"):
         config.with_protocol(config.EvalConfig(protocol="bird-mae", shots=(1, 20)))
     with pytest.raises(birdjepa.config.ConfigError, match="'probe.epochs': expected 50"):
         config.with_protocol(config.EvalConfig(

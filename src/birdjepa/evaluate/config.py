@@ -131,7 +131,7 @@ class EvalConfig:
     2, 3, and its probe recipe (AdamW 3e-4, weight decay 3e-4, batch 64, 50 epochs, clip 2,
     the asymmetric loss, 20 prototypes per class, no minimum of updates); the probes stay yours
     (Bird-MAE reports linear, attentive and prototypical). A key it fixes set to another value
-    is an error. Unlike Bird-MAE, a training recording gives windows as train_windows says,
+    is an error; shots and seeds may be a subset of its own (one k of a matched baseline). Unlike Bird-MAE, a training recording gives windows as train_windows says,
     not one window per detected event. "": this config's own settings."""
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     """Seeds: few-shot subset, probe initialisation and batch order. With fewer than 3, few-shot
@@ -268,13 +268,17 @@ def with_protocol(cfg: EvalConfig) -> EvalConfig:
         got = getattr(cfg.probe, key)
         _need(got in (want, getattr(default.probe, key)), f"probe.{key}",
               f"{want!r} (protocol {cfg.protocol!r} fixes it) or unset", got)
-    for key in ("sampling", "shots", "seeds"):
+    got = cfg.sampling
+    _need(got in (fixed["sampling"], default.sampling), "sampling",
+          f"{fixed['sampling']!r} (protocol {cfg.protocol!r} fixes it) or unset", got)
+    chosen = {}
+    for key in ("shots", "seeds"):  # a subset is allowed: one k or seed of the protocol
         got = getattr(cfg, key)
-        _need(got in (fixed[key], getattr(default, key)), key,
-              f"{fixed[key]!r} (protocol {cfg.protocol!r} fixes it) or unset", got)
-    return dataclasses.replace(
-        cfg, probe=dataclasses.replace(cfg.probe, **probe),
-        **{k: fixed[k] for k in ("sampling", "shots", "seeds")})
+        _need(got == getattr(default, key) or set(got) <= set(fixed[key]), key,
+              f"values of {fixed[key]!r} (protocol {cfg.protocol!r} fixes them) or unset", got)
+        chosen[key] = fixed[key] if got == getattr(default, key) else got
+    return dataclasses.replace(cfg, probe=dataclasses.replace(cfg.probe, **probe),
+                               sampling=fixed["sampling"], **chosen)
 
 
 def validate(cfg: EvalConfig) -> None:

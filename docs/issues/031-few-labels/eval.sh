@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Probe every finished matched run of train.sh (runs/fs/<kind>-k<K>-s<S>) under Bird-MAE's
+# protocol on its own k and seed: the probe sees exactly the labelled rows its encoder saw.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+PY=${PY:-.venv/bin/python}
+for d in runs/fs/*-k*-s*/; do
+  d=${d%/}; name=$(basename "$d")
+  [ -e "$d/COMPLETE" ] || continue
+  [ -e "runs/eval-fs/$name/results.csv" ] && continue
+  k=${name#*-k}; k=${k%%-s*}; s=${name##*-s}
+  $PY -m birdjepa.evaluate --cfg configs/eval-fewshot.toml --encoders "$d" --shots "$k" \
+    --seeds "$s" --out_dir "runs/eval-fs/$name" > "runs/eval-fs-$name.log" 2>&1 \
+    || { echo "evaluate $d failed: runs/eval-fs-$name.log" >&2; exit 1; }
+done

@@ -1,0 +1,83 @@
+"""The k table of issue 49 (docs/issues/031-few-labels): soundscape cmAP of each recipe at
+k = 1, 5, 10 labelled recordings per class and at all labels, its best probe, its mean and its
+interval, from the results `make ssl-demo` writes:
+
+* runs/eval-fewshot: the label-free (runs/demo-lejepa) and supervised-on-all (runs/demo)
+  encoders under Bird-MAE's few-shot protocol (k = 1, 5, 10, sampling seeds 1-3: a 95 %
+  bootstrap interval over seeds and test segments);
+* runs/eval-demo: the same encoders at k = all (configs/eval-demo.toml; 95 % bootstrap over
+  test segments);
+* runs/eval-fs/<kind>-k<K>-s<S>: an encoder trained on the k labels of sampling seed S
+  (sup: supervised on those rows alone; semi: LeJEPA with those rows labelled among the
+  unlabelled rest), probed under the protocol on the same k rows. One number per seed; the
+  cell shows the mean over the seeds present and their min-max.
+
+The best probe is picked per cell by its mean (on the test split, as every "best probe" column
+of the field's tables is): read the probe beside the number.
+    python docs/issues/031-few-labels/ktable.py [--metric cmap] [--runs runs]
+"""
+
+import argparse
+import pathlib
+import statistics
+
+import birdjepa.evaluate.results as results
+
+KS = ("1", "5", "10", "all")
+
+
+def _read(path: pathlib.Path) -> list[dict]:
+    return results.read(path) if (path / "results.parquet").is_file() else []
+
+
+def best_group(rows: list[dict], encoder: str, k: str, metric: str) -> str:
+    """'mean [lo, hi] (probe)' of the encoder's best probe at k (groups of evaluate's rows)."""
+    cells = {}
+    for r in rows:
+        if r["encoder"] == encoder and str(r["k"]) == k and r["metric"] == metric:
+            cells[r["probe"]] = r
+    if not cells:
+        return "-"
+    probe, r = max(cells.items(), key=lambda pr: pr[1]["mean"])
+    return f"{r['mean']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] ({probe}, {r['n_seeds']} seeds)"
+
+
+def matched(runs: pathlib.Path, kind: str, k: str, metric: str) -> str:
+    """Mean over seeds of the best probe (by its mean over those seeds) of the matched runs."""
+    per_probe: dict[str, list[float]] = {}
+    for d in sorted((runs / "eval-fs").glob(f"{kind}-k{k}-s*")):
+        for r in _read(d):
+            if str(r["k"]) == k and r["metric"] == metric:
+                per_probe.setdefault(r["probe"], []).append(r["value"])
+    if not per_probe:
+        return "-"
+    probe, vals = max(per_probe.items(), key=lambda pv: statistics.mean(pv[1]))
+    span = f"min-max [{min(vals):.3f}, {max(vals):.3f}]" if len(vals) > 1 else "one seed"
+    return f"{statistics.mean(vals):.3f} {span} ({probe}, {len(vals)} seeds)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--metric", default="cmap")
+    ap.add_argument("--runs", default="runs", type=pathlib.Path)
+    a = ap.parse_args()
+    few = _read(a.runs / "eval-fewshot")
+    full = _read(a.runs / "eval-demo")
+    head = ["k", "label-free LeJEPA", "supervised on these k labels", "LeJEPA + k labels "
+            "(semi-supervised)", "supervised on all labels"]
+    print(f"**{a.metric} on the demo soundscapes, best probe per cell; k = 1, 5, 10 under "
+          "Bird-MAE's few-shot protocol (lenient sampling, seeds 1-3), k = all with "
+          "configs/eval-demo.toml**\n")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for k in KS:
+        src = full if k == "all" else few
+        row = [k, best_group(src, "demo-lejepa", k, a.metric),
+               "= supervised on all" if k == "all" else matched(a.runs, "sup", k, a.metric),
+               "-" if k == "all" else matched(a.runs, "semi", k, a.metric),
+               best_group(src, "demo", k, a.metric)]
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
