@@ -22,7 +22,7 @@ if [ "${1:-}" = baseline ]; then
   for k in 1 5 10; do for s in 1 2 3; do
     d=runs/fs/sup-k$k-s$s
     [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo.toml --run_dir="$d" \
-      --data.train_shards="$(split $k $s labelled)" > "$d.log" 2>&1
+      --seed=$((s - 1)) --data.train_shards="$(split $k $s labelled)" > "$d.log" 2>&1
   done; done
 fi
 if [ "${1:-}" = semi ]; then
@@ -33,7 +33,7 @@ if [ "${1:-}" = semi ]; then
     k=$1 s=$2; shift 2
     d=runs/fs/semi-k$k-s$s
     [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo-lejepa.toml \
-      --run_dir="$d" --objective.lejepa.supervised_weight=${W:-1.0} \
+      --run_dir="$d" --seed=$((s - 1)) --objective.lejepa.supervised_weight=${W:-1.0} \
       --data.train_shards="$(split $k $s all)" > "$d.log" 2>&1
   done
 fi

@@ -100,7 +100,23 @@ def lenient(source, *, audio_column: str = "audio", max_s: float = LENIENT_MAX_S
     if has_sec:
         sec = table.read(source, [secondary_column]).column(0).combine_chunks()
         n_sec = np.asarray([len(v) if v else 0 for v in sec.to_pylist()], np.int64)
-    items = table.read_audio(source, audio_column, audio_root=audio_root, path_map=path_map)
+    durations = [_durations(part, audio_column, audio_root, path_map)  # one shard at a time
+                 for part in ([source] if table.is_dataset(source)
+                              else birdjepa.data.resolve_shards(source))]
+    dur = np.concatenate(durations) if durations else np.zeros(0)
+    if not has_sec:
+        n_sec = np.zeros(len(dur), np.int64)
+    known = np.isfinite(dur)
+    short = known & (np.nan_to_num(dur, nan=np.inf) <= max_s)
+    return Lenient(eligible=short & (n_sec == 0), too_long=int((known & ~short).sum()),
+                   secondary=int((short & (n_sec > 0)).sum()),
+                   unknown_length=int((~known).sum()), has_secondary_column=has_sec)
+
+
+def _durations(part, audio_column: str, audio_root: str, path_map) -> np.ndarray:
+    """(rows,) seconds of one shard's (or dataset's) recordings from their headers, NaN where
+    unknown (no audio, an unreadable header, no frame count)."""
+    items = table.read_audio(part, audio_column, audio_root=audio_root, path_map=path_map)
     dur = np.full(len(items), np.nan)
     for i, item in enumerate(items):
         if item is None:
@@ -111,13 +127,7 @@ def lenient(source, *, audio_column: str = "audio", max_s: float = LENIENT_MAX_S
             continue
         if h.get("n_frames") and h.get("sample_rate"):
             dur[i] = h["n_frames"] / h["sample_rate"]
-    if not has_sec:
-        n_sec = np.zeros(len(items), np.int64)
-    known = np.isfinite(dur)
-    short = known & (np.nan_to_num(dur, nan=np.inf) <= max_s)
-    return Lenient(eligible=short & (n_sec == 0), too_long=int((known & ~short).sum()),
-                   secondary=int((short & (n_sec > 0)).sum()),
-                   unknown_length=int((~known).sum()), has_secondary_column=has_sec)
+    return dur
 
 
 def _absolute_audio(t: pa.Table, column: str, shard: str) -> pa.Table:
