@@ -46,11 +46,13 @@ demo: $(DEMO_DIR)/.done-split
 # with a COMPLETE marker is reused as it is: delete it to retrain (e.g. after changing its config).
 # Then few labels (docs/issues/031-few-labels): both encoders under Bird-MAE's few-shot protocol
 # (runs/eval-fewshot), 9 supervised baselines each trained on the k = 1, 5, 10 labels of one
-# sampling seed (runs/fs), each probed on its own k rows, and the k table. SEMI="K SEED ..." adds
+# sampling seed (runs/fs), the same 9 trainings started from the label-free encoder (the recipe
+# that needs fewest labels), each probed on its own k rows, and the k table. SEMI="K SEED ..." adds
 # semi-supervised LeJEPA runs (17 minutes each on 2 cores), e.g. make ssl-demo SEMI="5 1".
 SEMI ?=
 ssl-demo: runs/eval-demo/results.csv runs/eval-fewshot/results.csv
 	PY=$(PY) bash docs/issues/031-few-labels/train.sh baseline
+	PY=$(PY) bash docs/issues/031-few-labels/train.sh finetune
 	$(if $(strip $(SEMI)),PY=$(PY) bash docs/issues/031-few-labels/train.sh semi $(SEMI))
 	PY=$(PY) bash docs/issues/031-few-labels/eval.sh
 	$(PY) docs/issues/031-few-labels/ktable.py

@@ -8,8 +8,10 @@ interval, from the results `make ssl-demo` writes:
 * runs/eval-demo: the same encoders at k = all (configs/eval-demo.toml; 95 % bootstrap over
   test segments);
 * runs/eval-fs/<kind>-k<K>-s<S>: an encoder trained on the k labels of sampling seed S
-  (sup: supervised on those rows alone; semi: LeJEPA with those rows labelled among the
-  unlabelled rest), probed under the protocol on the same k rows. One number per seed; the
+  (sup: supervised on those rows alone; ft-lrR: the same training started from the label-free
+  encoder at learning rate R, and at k = all runs/eval-fs/ft-lrR-all, every label; semi[-wW]:
+  LeJEPA with those rows labelled among the unlabelled rest, supervised
+  weight W, default 1), probed under the protocol on the same k rows. One number per seed; the
   cell shows the mean over the seeds present and their min-max.
 
 The best probe is picked per cell by its mean (on the test split, as every "best probe" column
@@ -19,22 +21,29 @@ of the field's tables is): read the probe beside the number.
 
 import argparse
 import pathlib
+import re
 import statistics
 
 import birdjepa.evaluate.results as results
 
 KS = ("1", "5", "10", "all")
+NAMES = {"sup": "supervised on these k labels",
+         "ft-lr3e-4": "label-free, then fine-tuned on them (lr 3e-4)",
+         "ft-lr3e-3": "label-free, then fine-tuned on them (lr 3e-3)",
+         "semi": "LeJEPA + k labels (weight 1)"}
 
 
 def _read(path: pathlib.Path) -> list[dict]:
     return results.read(path) if (path / "results.parquet").is_file() else []
 
 
-def best_group(rows: list[dict], encoder: str, k: str, metric: str) -> str:
-    """'mean [lo, hi] (probe)' of the encoder's best probe at k (groups of evaluate's rows)."""
+def best_group(rows: list[dict], encoder: str | None, k: str, metric: str) -> str:
+    """'mean [lo, hi] (probe)' of the encoder's best probe at k (groups of evaluate's rows);
+    encoder None: the one trained encoder of the file (random inits left out)."""
     cells = {}
     for r in rows:
-        if r["encoder"] == encoder and str(r["k"]) == k and r["metric"] == metric:
+        if (r["encoder"] == encoder if encoder else not r["encoder"].startswith("random-")) \
+                and str(r["k"]) == k and r["metric"] == metric:
             cells[r["probe"]] = r
     if not cells:
         return "-"
@@ -63,8 +72,11 @@ def main() -> None:
     a = ap.parse_args()
     few = _read(a.runs / "eval-fewshot")
     full = _read(a.runs / "eval-demo")
-    head = ["k", "label-free LeJEPA", "supervised on these k labels", "LeJEPA + k labels "
-            "(semi-supervised)", "supervised on all labels"]
+    kinds = sorted({re.sub(r"-k\d+-s\d+$", "", d.name) for d in (a.runs / "eval-fs").glob("*")
+                    if re.search(r"-k\d+-s\d+$", d.name)}, key=lambda n: (n != "sup", n))
+    head = ["k", "label-free LeJEPA (frozen)",
+            *[NAMES.get(n, n.replace("semi-w", "LeJEPA + k labels (weight ") + ")")
+              for n in kinds], "supervised on all labels"]
     print(f"**{a.metric} on the demo soundscapes, best probe per cell; k = 1, 5, 10 under "
           "Bird-MAE's few-shot protocol (lenient sampling, seeds 1-3), k = all with "
           "configs/eval-demo.toml**\n")
@@ -73,8 +85,8 @@ def main() -> None:
     for k in KS:
         src = full if k == "all" else few
         row = [k, best_group(src, "demo-lejepa", k, a.metric),
-               "= supervised on all" if k == "all" else matched(a.runs, "sup", k, a.metric),
-               "-" if k == "all" else matched(a.runs, "semi", k, a.metric),
+               *[(best_group(_read(a.runs / "eval-fs" / f"{n}-all"), None, k, a.metric)
+                  if k == "all" else matched(a.runs, n, k, a.metric)) for n in kinds],
                best_group(src, "demo", k, a.metric)]
         print("| " + " | ".join(row) + " |")
 

@@ -3,7 +3,9 @@
 # `make runs/demo/COMPLETE runs/demo-lejepa/COMPLETE` (supervised on all labels, label-free
 # LeJEPA). Each few-shot split holds the rows evaluate's Bird-MAE protocol gives its probe for
 # (k, seed): python -m birdjepa.sources fewshot --lenient, the sampler evaluate uses.
-#   bash docs/issues/031-few-labels/train.sh [baseline] [semi K SEED ...]
+#   bash docs/issues/031-few-labels/train.sh baseline | finetune | semi K SEED [K SEED ...]
+# (W=0.1 before semi sets objective.lejepa.supervised_weight, default 1.0, and names the runs
+# semi-w0.1-kK-sS).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}
@@ -25,13 +27,25 @@ if [ "${1:-}" = baseline ]; then
       --seed=$((s - 1)) --data.train_shards="$(split $k $s labelled)" > "$d.log" 2>&1
   done; done
 fi
+if [ "${1:-}" = finetune ]; then
+  shift
+  # The baseline's training (configs/demo.toml on the same k labels, same seed) started from the
+  # label-free encoder instead of a random one, at a tenth of its learning rate: pretrain, then
+  # fine-tune on what is labelled (at the baseline's own 3e-3: variants.sh lr3e-3 ...).
+  for k in 1 5 10; do for s in 1 2 3; do
+    d=runs/fs/ft-lr3e-4-k$k-s$s
+    [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo.toml --run_dir="$d" \
+      --seed=$((s - 1)) --init_encoder=runs/demo-lejepa --optim.lr=3e-4 \
+      --data.train_shards="$(split $k $s labelled)" > "$d.log" 2>&1
+  done; done
+fi
 if [ "${1:-}" = semi ]; then
   shift
   # LeJEPA (configs/demo-lejepa.toml) plus the class head's cross-entropy on the k labelled rows
   # per class; every other row of the corpus unlabelled.
   while [ $# -ge 2 ]; do
     k=$1 s=$2; shift 2
-    d=runs/fs/semi-k$k-s$s
+    d=runs/fs/semi${W:+-w$W}-k$k-s$s
     [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo-lejepa.toml \
       --run_dir="$d" --seed=$((s - 1)) --objective.lejepa.supervised_weight=${W:-1.0} \
       --data.train_shards="$(split $k $s all)" > "$d.log" 2>&1

@@ -227,11 +227,12 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
     """Every option of `python -m birdjepa.sources fewshot`, in one place."""
     p.add_argument("src", metavar="SRC", help="the training split (shards, DIR:SPLIT)")
     p.add_argument("--out_dir", required=True, help="where the subset split is written")
-    p.add_argument("--k", type=int, required=True, help="labelled recordings per class")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (evaluate's seeds)")
-    p.add_argument("--label_column", default="label",
-                   help="int or list<int> label column (default: label)")
-    p.add_argument("--audio_column", default="audio")
+    p.add_argument("--k", type=int, required=True, metavar="K",
+                   help="labelled recordings per class (>= 1)")
+    p.add_argument("--seed", type=int, default=0, metavar="SEED",
+                   help="sampling seed, as evaluate's seeds")
+    p.add_argument("--label_column", default="label", help="int or list<int> label column")
+    p.add_argument("--audio_column", default="audio", help="audio column (lengths, --lenient)")
     p.add_argument("--keep", choices=("labelled", "all"), default="labelled",
                    help="labelled: only the k rows per class (a supervised baseline's split); "
                    "all: every row, the others unlabelled (a semi-supervised run's split)")
@@ -243,6 +244,8 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
 def run(a, resolve) -> int:
     """`python -m birdjepa.sources fewshot`: the rows evaluate's probe trains on for (k,
     seed), written as a split; prints the rows per class."""
+    if a.k < 1:
+        return cli_args.fail(ValueError(f"--k: expected an int >= 1, got {a.k}"))
     try:
         resolve(a.src)
         check_out_dir(a.out_dir)
@@ -257,7 +260,10 @@ def run(a, resolve) -> int:
                       eligible=None if elig is None else elig.eligible)
         out = write(a.src, a.out_dir, rows, label_column=a.label_column, keep=a.keep,
                     audio_column=a.audio_column)
-    except (FileNotFoundError, ValueError, KeyError) as e:
+    except FileNotFoundError as e:  # SRC, or a path-only row's audio
+        return cli_args.fail(ValueError(f"expected an existing file, got {e.filename!r} "
+                                        f"({e.strerror}; SRC was {a.src!r})"))
+    except (ValueError, KeyError) as e:
         return cli_args.fail(e)
     per = hi[rows].sum(0)
     shown = names or [str(i) for i in range(len(per))]
