@@ -16,11 +16,11 @@ import birdjepa.audio
 import birdjepa.config
 import birdjepa.data
 import birdjepa.data.pack
-import birdjepa.data.sources
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.launch.sweep
 import birdjepa.models.inference as inference
+import birdjepa.sources
 
 NAMES = [s.code for s in catalogue.SPECIES]
 
@@ -61,7 +61,7 @@ def test_path_only_train_and_eval_equal_embedded_bytes_and_pack_round_trips(bs, 
     packed = str(tmp_path / "packed")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a valid path-only dataset: no warning at all
-        assert birdjepa.data.sources.main(["pack", bs["train"], "--out_dir", packed, "--shard_mb", "0.3",
+        assert birdjepa.sources.main(["pack", bs["train"], "--out_dir", packed, "--shard_mb", "0.3",
                                            "--workers", "2"]) == 0
         out = [r for f in birdjepa.data.resolve_shards(packed) for r in
                pa.ipc.open_stream(pa.memory_map(f)).read_all().to_pylist()]

@@ -17,7 +17,6 @@ from test_models_cli import run_dir  # noqa: F401 (the shared tiny run fixture)
 import birdjepa
 import birdjepa.config
 import birdjepa.data.from_files
-import birdjepa.data.sources
 import birdjepa.data.table as table
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.evaluate
@@ -29,6 +28,7 @@ import birdjepa.launch.sweep
 import birdjepa.models.detect
 import birdjepa.models.embed_cli
 import birdjepa.models.inference as inference
+import birdjepa.sources
 
 pytestmark = pytest.mark.timeout(240)
 WINDOW = "1.0"
@@ -173,10 +173,10 @@ def test_evaluate_audio_root_for_relative_paths(moved, tmp_path, capsys):
 
 def test_pack_and_launch_dry_run_resolve_moved_data_the_same_way(moved, tmp_path, capsys):
     args = ["pack", moved["train"], "--out_dir", str(tmp_path / "packed")]
-    assert birdjepa.data.sources.main(args) == 2  # checked before anything is written
+    assert birdjepa.sources.main(args) == 2  # checked before anything is written
     line = _one_line(capsys.readouterr().err)
     assert "row 0, column 'audio'" in line and "--path_map OLD=NEW" in line
-    assert birdjepa.data.sources.main(args + ["--path_map", f"{moved['old']}={moved['new']}"]) == 0
+    assert birdjepa.sources.main(args + ["--path_map", f"{moved['old']}={moved['new']}"]) == 0
     base = birdjepa.config.Config()
     data = dataclasses.replace(base.data, train_shards=moved["train"],
                                eval_shards=moved["test_5s"], label_column="ebird_code_multilabel")
