@@ -23,7 +23,8 @@ def test_loader_and_audio_names():
 
 def test_public_modules_re_export_the_same_functions():
     """birdjepa.audio, .sources and .launch are plain modules (no sys.modules swap) that
-    re-export the functions of their homes: the same objects, every name in __all__."""
+    re-export the functions of their homes: the same objects, every name in __all__
+    (birdjepa.sources also holds its command line, `main`)."""
     for public, home in ((birdjepa.audio, birdjepa.data.audio),
                          (birdjepa.sources, birdjepa.data.sources),
                          (birdjepa.launch, birdjepa.launch.sweep)):
@@ -32,7 +33,8 @@ def test_public_modules_re_export_the_same_functions():
             assert getattr(public, name) is getattr(home, name), (public.__name__, name)
     for name in ("as_mono", "decode", "resample", "fbank", "clip", "info"):
         assert name in birdjepa.audio.__all__, name
-    assert {"resolve", "class_names", "main"} <= set(birdjepa.sources.__all__)
+    assert {"resolve", "class_names"} <= set(birdjepa.sources.__all__)
+    assert callable(birdjepa.sources.main)  # the command's own, not a re-export
     assert {"main", "resolve", "load_sweep", "LaunchConfig"} <= set(birdjepa.launch.__all__)
 
 
