@@ -75,9 +75,6 @@ class Heads(eqx.Module):
     fc1: birdjepa.model.Linear | None
     norm: BatchNorm | None
     fc2: birdjepa.model.Linear | None
-    cls: birdjepa.model.Linear | None = None
-    """The class head of `supervised_weight` > 0 (None: label-free; a checkpoint's tree is then
-    what it was before the option)."""
 
     def __call__(self, x_nd, w_n):
         if self.fc1 is None:
@@ -85,19 +82,24 @@ class Heads(eqx.Module):
         return self.fc2(jax.nn.gelu(self.norm(self.fc1(x_nd), w_n)))
 
 
+class SemiHeads(Heads):
+    """The projector and the class head of `supervised_weight` > 0. A class of its own, so that
+    a label-free run's tree (its checkpoints) stays what it was before the option."""
+
+    cls: birdjepa.model.Linear
+
+
 def init_heads(cfg: LeJEPAConfig, encoder: birdjepa.model.ViT, n_classes: int, *, key):
-    cls = None
-    if cfg.supervised_weight:  # its own key: the projector starts as it did without it
-        cls = birdjepa.model.Linear(encoder.width, n_classes, key=jax.random.fold_in(key, 7))
-    if cfg.proj_dim == 0:
-        return Heads(None, None, None, cls)
     k1, k2 = jax.random.split(key)
-    return Heads(
+    parts = (None, None, None) if cfg.proj_dim == 0 else (
         birdjepa.model.Linear(encoder.width, cfg.proj_hidden, key=k1),
         BatchNorm(cfg.proj_hidden),
-        birdjepa.model.Linear(cfg.proj_hidden, cfg.proj_dim, key=k2),
-        cls,
-    )
+        birdjepa.model.Linear(cfg.proj_hidden, cfg.proj_dim, key=k2))
+    if not cfg.supervised_weight:
+        return Heads(*parts)
+    # its own key: the projector starts as it does without the class head
+    return SemiHeads(*parts, birdjepa.model.Linear(encoder.width, n_classes,
+                                                   key=jax.random.fold_in(key, 7)))
 
 
 def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
@@ -130,7 +132,7 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
     total = (1 - cfg.lambd) * inv + cfg.lambd * sig
     parts = {"inv": inv, "sigreg": sig}
     target_n, w_n = common.tile_views(batch["target"], v), common.tile_views(w_b, v)
-    if heads.cls is not None:  # semi-supervised: labelled rows only (xent masks the others)
+    if isinstance(heads, SemiHeads):  # semi-supervised: labelled rows only (xent masks others)
         ce, acc = common.xent(heads.cls(emb), target_n, w_n)
         total = total + cfg.supervised_weight * ce
         parts = {**parts, "ce": ce, "train_acc": acc}
