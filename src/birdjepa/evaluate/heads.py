@@ -221,7 +221,7 @@ def _row_base(cfg, sp: Split, m, spec: str, counts: dict) -> dict:
             "encoder_config_hash": "", "encoder_digest": digest(m),
             "train_shards": "", "test_shards": str(sp.spec.test_shards), "train_windows": "",
             "window_s": float(m.audio["window_s"]), "hop_s": float("nan"),
-            "pool": m.encoder.cfg.pool, "n_boot": cfg.n_boot,
+            "pool": m.encoder.cfg.pool, "n_boot": cfg.n_boot, "protocol": "", "sampling": "",
             **{f"probe_{k}": v for k, v in dataclasses.asdict(cfg.probe).items()}}
 
 
