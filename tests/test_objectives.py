@@ -284,11 +284,15 @@ def test_semi_supervised_lejepa_learns_from_labelled_rows_only():
     target = jnp.asarray(batch["target"]).at[4:].set(-1)  # rows 4..7 unlabelled
     b = {**batch, "target": target}
 
-    def run(bt, cfg=semi, hd=heads):
+    @eqx.filter_jit  # one compile per heads class (cfg is static: equal configs share one)
+    def grad(cfg, enc, hd, bt):
         def f(enc, hd):
             return obj.loss(cfg, enc, hd, bt, key=jax.random.key(2))[:2]
 
-        (loss, parts), g = eqx.filter_value_and_grad(f, has_aux=True)(enc, hd)
+        return eqx.filter_value_and_grad(f, has_aux=True)(enc, hd)
+
+    def run(bt, cfg=semi, hd=heads):
+        (loss, parts), g = grad(cfg, enc, hd, bt)
         return float(loss), parts, g
 
     loss, parts, g = run(b)
