@@ -1,8 +1,10 @@
 """One training across simulated hosts (issue 37; tests/support/sim_hosts.py): 2 hosts x 2
 processes, each with its own network namespace, hostname, /etc/hosts and private /tmp, the run
 directory shared. The run follows one process over as many devices step by step: the same
-batches, the same losses; the gradient norm differs by rounding (gloo sums the 4 processes'
-gradients in another order than XLA sums 4 devices: measured 9e-8 relative)."""
+batches, the same first loss; the gradient norm differs by rounding (gloo sums the 4 processes'
+gradients in another order than XLA sums 4 devices: measured 9e-8 relative), and on some CPUs
+(an AMD EPYC, 2026-11-28) so do the parameters after it and the losses from the third step
+(1e-7 relative); a different batch would move the loss by far more than the 1e-6 allowed."""
 
 import json
 import os
@@ -45,6 +47,7 @@ def test_two_hosts_by_two_processes_train_as_one_process(tmp_path, tiny_corpus):
     assert one.returncode == 0, one.stderr
     assert "| 4 device(s)" in one.stdout
     got, want = metrics(tmp_path / "run"), metrics(tmp_path / "one")
-    assert len(got) == N_STEPS and [g[:2] for g in got] == [w[:2] for w in want], (got, want)
-    for (_, _, g), (_, _, w) in zip(got, want, strict=True):
-        assert abs(g - w) <= 1e-6 * abs(w), (got, want)
+    assert len(got) == N_STEPS and [g[0] for g in got] == [w[0] for w in want], (got, want)
+    assert got[0][1] == want[0][1], (got, want)  # the first step: the same batch, bit for bit
+    for (_, lg, g), (_, lw, w) in zip(got, want, strict=True):  # after it, rounding alone
+        assert abs(lg - lw) <= 1e-6 * abs(lw) and abs(g - w) <= 1e-6 * abs(w), (got, want)
