@@ -103,12 +103,23 @@ def test_fewshot_split_holds_the_probes_k_labels_per_class(tmp_path, capsys):
     assert len(semi) == len(rows)
     assert [i for i, v in enumerate(semi) if v is not None] == list(want)
 
-    # a directory holding something else is refused, not mixed into the split
+    # a directory holding something else is refused, not mixed into the split; so is a
+    # dataset of the user's with the very names this writes; an earlier subset is rewritten
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "other-00000.arrow").write_bytes(b"x")
     assert birdjepa.sources.main(["fewshot", str(tmp_path / "d"), "--out_dir",
                                   str(tmp_path / "busy"), "--k", "1"]) == 2
     assert "holding other-00000.arrow" in capsys.readouterr().err
+    _split(tmp_path / "mine", rows[:3])
+    (tmp_path / "mine" / "state.json").write_text("{}")
+    before = (tmp_path / "mine" / "data-00000-of-00001.arrow").read_bytes()
+    assert birdjepa.sources.main(["fewshot", str(tmp_path / "d"), "--out_dir",
+                                  str(tmp_path / "mine"), "--k", "1"]) == 2
+    assert "holding data-00000-of-00001.arrow, state.json" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "data-00000-of-00001.arrow").read_bytes() == before
+    assert birdjepa.sources.main(["fewshot", str(tmp_path / "d"), "--out_dir",
+                                  str(tmp_path / "k3"), "--k", "1", "--seed", "2"]) == 0
+    assert table.read(tmp_path / "k3", ["label"]).num_rows == 3
 
 
 def test_fewshot_split_of_relative_path_only_audio_still_finds_it(tmp_path):

@@ -199,25 +199,25 @@ def write(source, out_dir: str | os.PathLike, rows: np.ndarray, *, label_column:
             "dataset_info.json"
         feats = json.loads(info.read_text()).get("features") if info.is_file() else None
         if feats is None:
+            outputs.record(path)
             return path
         meta[b"huggingface"] = json.dumps({"info": {"features": feats}}).encode()
     from_annotations.write_state(out_dir, pa.table(
         {c: pa.array([], schema.field(c).type) for c in schema.names}).replace_schema_metadata(
             meta), note or f"birdjepa fewshot: {len(rows)} labelled rows of {source}")
+    outputs.record(path, out_dir / "state.json", out_dir / "dataset_info.json")
     return path
 
 
-OURS = (from_annotations.SHARD, "state.json", "dataset_info.json")
-"""What `write` puts in its directory; anything else there is refused, not read with it."""
-
-
 def check_out_dir(out_dir: str | os.PathLike) -> None:
-    """`out_dir` new, or holding only what `write` writes (an earlier subset): another file
-    there (another split's shards) would be read with the subset, or replaced."""
+    """`out_dir` new, or holding only what an earlier `write` wrote there, unchanged (its
+    ledger, birdjepa.common.outputs): another file (another split's shards, or a dataset of
+    the user's with the same file names) would be read with the subset, or replaced."""
     d = pathlib.Path(out_dir)
     if d.exists() and not d.is_dir():
         raise ValueError(f"--out_dir: expected a directory, got the file {str(d)!r}")
-    other = sorted(p.name for p in d.iterdir() if p.name not in OURS) if d.is_dir() else []
+    other = sorted(p.name for p in d.iterdir() if p.name != outputs.LEDGER
+                   and not outputs.ours(p)) if d.is_dir() else []
     if other:
         raise ValueError(f"--out_dir: expected a new directory or an earlier subset, got "
                          f"{str(d)!r} holding {', '.join(other[:5])}")
