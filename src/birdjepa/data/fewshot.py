@@ -162,7 +162,6 @@ def write(source, out_dir: str | os.PathLike, rows: np.ndarray, *, label_column:
         raise ValueError(f"keep: expected 'labelled' or 'all', got {keep!r}")
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    chosen = np.zeros(0, bool)
     files = [source] if table.is_dataset(source) else birdjepa.data.resolve_shards(source)
     path = out_dir / from_annotations.SHARD
     start, written, schema = 0, None, None
@@ -188,11 +187,11 @@ def write(source, out_dir: str | os.PathLike, rows: np.ndarray, *, label_column:
                 schema = t.schema
                 written = pa.ipc.new_stream(f, schema)
             written.write_table(t.cast(schema))
+        if start <= int(rows.max(initial=-1)):  # nothing replaced
+            raise ValueError(f"rows: expected ids < {start} (the rows of {source}), got "
+                             f"{int(rows.max())}")
         if written is not None:
             written.close()
-    if start <= int(rows.max(initial=-1)):
-        raise ValueError(f"rows: expected ids < {start} (the rows of {source}), got "
-                         f"{int(rows.max())}")
     meta = dict(schema.metadata or {})
     if b"huggingface" not in meta:  # features from the source's dataset_info.json, if any
         info = pathlib.Path(files[0] if isinstance(files[0], str) else "").parent / \
