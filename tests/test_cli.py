@@ -15,6 +15,7 @@ import pytest
 import benchmarks.__main__
 import birdjepa.common.cli_args as cli_args
 import birdjepa.config
+import birdjepa.config.command_line
 import birdjepa.evaluate.config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -72,9 +73,9 @@ def test_booleans_are_flag_and_no_flag(helps):
     assert "--optim.muon, --no_optim.muon" in helps["birdjepa.train"].stdout
     assert "--dry_run, --no_dry_run" in helps["birdjepa.launch"].stdout
     assert "--centre, --no_centre" in helps["birdjepa.embed"].stdout
-    cfg = birdjepa.config.cli(["--no_optim.muon", "--model.qk_norm", "--n_classes=3"])
+    cfg = birdjepa.config.command_line.cli(["--no_optim.muon", "--model.qk_norm", "--n_classes=3"])
     assert (cfg.optim.muon, cfg.model.qk_norm) == (False, True)
-    assert birdjepa.config.cli(["--optim.muon=false"]).optim.muon is False  # older scripts
+    assert birdjepa.config.command_line.cli(["--optim.muon=false"]).optim.muon is False  # older scripts
 
 
 def test_train_bad_value_is_one_line_and_exit_2():
@@ -130,10 +131,10 @@ def test_errors_are_one_line_and_exit_2(command, argv, message, capsys):
 def test_lists_repeat_their_flag_and_path_maps_take_old_new(tmp_path):
     toml = tmp_path / "e.toml"
     toml.write_text('encoders = ["a"]\n[probe]\nlr = 0.01\n')
-    cfg = birdjepa.config.cli(["--cfg", str(toml), "--encoders", "b", "--encoders", "c",
+    cfg = birdjepa.config.command_line.cli(["--cfg", str(toml), "--encoders", "b", "--encoders", "c",
                                "--shots", "0", "--probe.epochs=3"], birdjepa.evaluate.config.EvalConfig)
     assert (cfg.encoders, cfg.shots, cfg.probe.lr, cfg.probe.epochs) == (("b", "c"), (0,), 0.01, 3)
-    cfg = birdjepa.config.cli(["--data.path_map", "/old=/new", "--data.path-map=/a=/b"])
+    cfg = birdjepa.config.command_line.cli(["--data.path_map", "/old=/new", "--data.path-map=/a=/b"])
     assert cfg.data.path_map == {"/old": "/new", "/a": "/b"}
 
 

@@ -11,6 +11,8 @@ import submitit.helpers  # noqa: F401  (its logging set-up closes the handlers o
 #  pytest's capture when first imported inside a test: import it at collection)
 import birdjepa._rs
 import birdjepa.config as config
+import birdjepa.config.command_line as command_line
+import birdjepa.config.identity as identity
 import birdjepa.data.config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -25,13 +27,13 @@ def write(tmp_path, text: str) -> pathlib.Path:
 def test_toml_then_cli_overrides(tmp_path):
     text = 'n_steps = 7\nn_classes = 3\n[optim]\nlr = 0.01\n[model]\npatch = [4, 64]\n'
     p = write(tmp_path, text)
-    cfg = config.cli(["--cfg", str(p), "--n_steps=40", "--optim.warmup", "3",
+    cfg = command_line.cli(["--cfg", str(p), "--n_steps=40", "--optim.warmup", "3",
                       "--run_dir=/tmp/x", "--objective.name=lejepa", "--model.pos", "rope"])
     assert cfg.n_steps == 40 and cfg.n_classes == 3 and cfg.run_dir == "/tmp/x"
     assert cfg.optim.lr == 0.01 and cfg.optim.warmup == 3  # TOML kept, CLI applied
     assert cfg.model.patch == (4, 64) and cfg.model.pos == "rope"
     assert cfg.objective.name == "lejepa"
-    assert config.cli([f"--cfg={p}"]).n_steps == 7
+    assert command_line.cli([f"--cfg={p}"]).n_steps == 7
 
 
 @pytest.mark.parametrize(
@@ -56,9 +58,9 @@ def test_toml_rejects(tmp_path, text, message):
 
 def test_cli_rejects_unknown_flag_and_wrong_type():
     with pytest.raises(config.ConfigError, match="optim.lrr"):
-        config.cli(["--optim.lrr=0.1"])
+        command_line.cli(["--optim.lrr=0.1"])
     with pytest.raises(SystemExit):
-        config.cli(["--n_steps=many"])
+        command_line.cli(["--n_steps=many"])
 
 
 def test_ints_are_accepted_for_floats(tmp_path):
@@ -66,14 +68,14 @@ def test_ints_are_accepted_for_floats(tmp_path):
 
 
 def test_round_trip(tmp_path):
-    cfg = config.cli(["--n_classes=5", "--model.patch", "2", "128", "--optim.muon=True"])
+    cfg = command_line.cli(["--n_classes=5", "--model.patch", "2", "128", "--optim.muon=True"])
     again = config.from_dict(config.Config, tomllib.loads(config.to_toml(cfg)))
     assert again == cfg
 
 
 def test_help_lists_every_field(capsys):
     with pytest.raises(SystemExit) as e:
-        config.cli(["--help"])
+        command_line.cli(["--help"])
     assert e.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
 
@@ -106,11 +108,11 @@ def test_config_diff_and_hash_ignore_prefixes():
     a = {"seed": 0, "optim": {"lr": 1e-3, "warmup": 10}, "wandb": {"name": "x"}, "n_steps": 10}
     b = {"seed": 0, "optim": {"lr": 2e-3, "warmup": 10}, "wandb": {"name": "y"}, "n_steps": 20}
     ignore = ("wandb", "n_steps")
-    assert config.config_diff(a, b, ignore=ignore) == [("optim.lr", 1e-3, 2e-3)]
-    assert config.config_hash(a, ignore=ignore) != config.config_hash(b, ignore=ignore)
+    assert identity.config_diff(a, b, ignore=ignore) == [("optim.lr", 1e-3, 2e-3)]
+    assert identity.config_hash(a, ignore=ignore) != identity.config_hash(b, ignore=ignore)
     b["optim"]["lr"] = 1e-3
-    assert config.config_hash(a, ignore=ignore) == config.config_hash(b, ignore=ignore)
-    assert config.config_diff({"a": 1}, {"b": 2}) == [("a", 1, "<missing>"), ("b", "<missing>", 2)]
+    assert identity.config_hash(a, ignore=ignore) == identity.config_hash(b, ignore=ignore)
+    assert identity.config_diff({"a": 1}, {"b": 2}) == [("a", 1, "<missing>"), ("b", "<missing>", 2)]
 
 
 def test_configs_saved_before_new_model_fields_resume_and_keep_their_run_id():
@@ -122,15 +124,15 @@ def test_configs_saved_before_new_model_fields_resume_and_keep_their_run_id():
     old = copy.deepcopy(new)
     for key in ("fc_norm", "gelu"):
         del old["model"][key]
-    config.check_same(old, cfg, ignore=config.NOT_SHAPING, what="resume")
-    config.check_same(old, cfg, keys=config.ENCODER_SHAPING, what="init_encoder")
+    identity.check_same(old, cfg, ignore=identity.NOT_SHAPING, what="resume")
+    identity.check_same(old, cfg, keys=identity.ENCODER_SHAPING, what="init_encoder")
     # The run id of the old dict (hashed without these keys) is the new config's.
-    assert config.config_hash(new) == config.config_hash(old)
+    assert identity.config_hash(new) == identity.config_hash(old)
     erf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, gelu="erf"))
-    assert config.config_hash(dataclasses.asdict(erf)) != config.config_hash(old)
+    assert identity.config_hash(dataclasses.asdict(erf)) != identity.config_hash(old)
     with pytest.raises(config.ConfigError, match="model.gelu: checkpoint has 'tanh', config "
                                                  "has 'erf'"):
-        config.check_same(old, erf, ignore=config.NOT_SHAPING, what="resume")
+        identity.check_same(old, erf, ignore=identity.NOT_SHAPING, what="resume")
 
 
 def test_runs_saved_before_the_resampler_setting_keep_their_filter_and_run_id():
@@ -143,23 +145,23 @@ def test_runs_saved_before_the_resampler_setting_keep_their_filter_and_run_id():
     assert cfg.data.resampler is None
     old = dataclasses.asdict(cfg)
     del old["data"]["resampler"]
-    resumed = config.with_resampler(cfg, old)
+    resumed = identity.with_resampler(cfg, old)
     assert resumed.data.resampler == birdjepa.data.config.LEGACY_RESAMPLER == "rubato-bh2-1024"
-    config.check_same(old, resumed, ignore=config.NOT_SHAPING, what="resume")
-    assert config.with_resampler(cfg, None).data.resampler == "soxr-hq"
-    new = dataclasses.asdict(config.with_resampler(cfg, None))
-    assert config.with_resampler(cfg, new).data.resampler == "soxr-hq"
+    identity.check_same(old, resumed, ignore=identity.NOT_SHAPING, what="resume")
+    assert identity.with_resampler(cfg, None).data.resampler == "soxr-hq"
+    new = dataclasses.asdict(identity.with_resampler(cfg, None))
+    assert identity.with_resampler(cfg, new).data.resampler == "soxr-hq"
     explicit = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, resampler="soxr-hq"))
-    assert config.with_resampler(explicit, old) is explicit
+    assert identity.with_resampler(explicit, old) is explicit
     with pytest.raises(config.ConfigError, match="data.resampler: checkpoint has "
                                                  "'rubato-bh2-1024', config has 'soxr-hq'"):
-        config.check_same(old, explicit, ignore=config.NOT_SHAPING, what="resume")
-    assert config.config_hash(old) == config.config_hash(dataclasses.asdict(cfg)) \
-        == config.config_hash(dataclasses.asdict(resumed))
-    assert config.config_hash(dataclasses.asdict(explicit)) != config.config_hash(old)
+        identity.check_same(old, explicit, ignore=identity.NOT_SHAPING, what="resume")
+    assert identity.config_hash(old) == identity.config_hash(dataclasses.asdict(cfg)) \
+        == identity.config_hash(dataclasses.asdict(resumed))
+    assert identity.config_hash(dataclasses.asdict(explicit)) != identity.config_hash(old)
     # The loader of the resolved run: the legacy filter is left out of its config (fingerprint).
     assert "resampler" not in resumed.data.shaping_values()
-    assert config.with_resampler(cfg, None).data.shaping_values()["resampler"] == "soxr-hq"
+    assert identity.with_resampler(cfg, None).data.shaping_values()["resampler"] == "soxr-hq"
     bad = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, resampler="soxr"))
     with pytest.raises(config.ConfigError, match=r'^data.resampler: expected one of soxr-hq, '
                                                  r'rubato-bh2-1024, got "soxr"$'):
@@ -241,12 +243,12 @@ def test_bad_values_name_the_key_expected_and_actual(key, value, expected):
 def test_unknown_keys_are_one_line_with_close_matches(tmp_path):
     with pytest.raises(config.ConfigError, match=r"^unknown option --optim\.lrr; did you mean "
                                                  r"--optim\.lr"):
-        config.cli(["--optim.lrr=0.1"])
+        command_line.cli(["--optim.lrr=0.1"])
     with pytest.raises(config.ConfigError, match=r"^unknown config key 'optim\.lrr'; did you "
                                                  r"mean 'optim\.lr'"):
         config.load(write(tmp_path, "[optim]\nlrr = 0.1"))
     with pytest.raises(config.ConfigError, match=r"^unknown option --zzz; expected one of "):
-        config.cli(["--zzz=1"])
+        command_line.cli(["--zzz=1"])
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import sys
 import pytest
 import submitit  # noqa: F401 - imported before output capture: its logger binds sys.stderr
 
+import birdjepa.config.command_line
 import birdjepa.launch as launch
 import birdjepa.launch.gpuplan.rules as rules
 import birdjepa.launch.job
@@ -269,7 +270,7 @@ def test_flags_use_underscores_and_accept_dashes():
     assert birdjepa.common.cli_args.flags(["--n-steps=4", "--slurm.tasks-per-node", "2", "--dry-run",
                                   "--run_dir=a-b", "-h", "x-y"]) == [
         "--n_steps=4", "--slurm.tasks_per_node", "2", "--dry_run", "--run_dir=a-b", "-h", "x-y"]
-    cfg = birdjepa.config.cli(["--n-steps=7", "--data.view-window-s=6", "--n_classes=3"])
+    cfg = birdjepa.config.command_line.cli(["--n-steps=7", "--data.view-window-s=6", "--n_classes=3"])
     assert (cfg.n_steps, cfg.data.view_window_s, cfg.n_classes) == (7, 6.0, 3)
 
 

@@ -17,6 +17,7 @@ import pytest
 import tiny
 
 import birdjepa.config as config
+import birdjepa.config.identity as identity
 import birdjepa.train.flops
 import birdjepa.train.loop
 import birdjepa.train.run
@@ -186,7 +187,7 @@ def test_main_end_to_end(tmp_path, monkeypatch):
     # The run records its resampler resolved (data.resampler unset -> the default), so a
     # resume knows the filter its stream used.
     assert saved.data.resampler == "soxr-hq"
-    assert saved == config.with_resampler(tiny.finalize(cfg), None)
+    assert saved == identity.with_resampler(tiny.finalize(cfg), None)
     assert saved.model.width == 32 and saved.model.patch == (16, 16)  # resolved preset
     assert (run / "curves.png").stat().st_size > 1000
     assert list(run.glob("wandb/offline-run-*"))

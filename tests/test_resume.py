@@ -21,6 +21,7 @@ import tiny
 
 import birdjepa
 import birdjepa.config
+import birdjepa.config.identity
 import birdjepa.model
 import birdjepa.train.loop
 import birdjepa.train.state
@@ -191,7 +192,7 @@ def test_load_encoder_matches_the_trained_encoder(tmp_path):
     trained = eqx.combine(state["params"]["encoder"], static["encoder"])
 
     encoder, loaded_cfg = birdjepa.load_encoder(tmp_path / "run")
-    assert loaded_cfg == birdjepa.config.with_resampler(cfg, None)  # as the run resolved it
+    assert loaded_cfg == birdjepa.config.identity.with_resampler(cfg, None)  # as the run resolved it
     assert isinstance(encoder, birdjepa.model.ViT)
     x = next(iter(evals))["data"]
     want = jax.device_get(trained(x).pooled_bd)

@@ -29,6 +29,7 @@ import resume_helpers
 
 import birdjepa
 import birdjepa.config
+import birdjepa.config.identity
 import birdjepa.data
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "pre-schema-run"
@@ -69,9 +70,9 @@ def test_the_config_hash_of_an_old_config_is_unchanged():
     the loader settings that became training keys count only away from their defaults."""
     cfg = birdjepa.config.finalize(birdjepa.config.load(FIXTURE / "cfg.toml"))
     want = (FIXTURE / "run_id").read_text().strip().removeprefix("run-")
-    assert birdjepa.config.config_hash(dataclasses.asdict(cfg))[:10] == want
+    assert birdjepa.config.identity.config_hash(dataclasses.asdict(cfg))[:10] == want
     moved = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, block_size=32))
-    assert birdjepa.config.config_hash(dataclasses.asdict(moved))[:10] != want
+    assert birdjepa.config.identity.config_hash(dataclasses.asdict(moved))[:10] != want
 
 
 def test_its_loader_state_resumes_with_the_filter_of_before(demo_corpus):

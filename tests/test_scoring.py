@@ -9,6 +9,7 @@ import pytest
 import soundfile
 from test_models_cli import corpus, run_dir  # noqa: F401 (shared module fixtures)
 
+import birdjepa.config.identity
 import birdjepa.data
 import birdjepa.data.table as table
 import birdjepa.models.detect as detect
@@ -501,13 +502,13 @@ def test_a_config_without_augmentation_keeps_its_run_id():
     del old["objective"]["supervised"]["augment"]
     for key in ("time_mask", "freq_mask"):
         del old["objective"]["lejepa"]["augment"][key]
-    assert birdjepa.config.config_hash(old) == birdjepa.config.config_hash(new)
+    assert birdjepa.config.identity.config_hash(old) == birdjepa.config.identity.config_hash(new)
     changed = dataclasses.replace(cfg, objective=dataclasses.replace(
         cfg.objective, supervised=dataclasses.replace(
             cfg.objective.supervised, augment=dataclasses.replace(
                 cfg.objective.supervised.augment, gain=0.1))))
-    assert birdjepa.config.config_hash(dataclasses.asdict(changed)) != \
-        birdjepa.config.config_hash(new)
+    assert birdjepa.config.identity.config_hash(dataclasses.asdict(changed)) != \
+        birdjepa.config.identity.config_hash(new)
 
 
 def test_evaluate_refuses_centre_windows_on_a_split_of_windows(run_dir, annotated, tmp_path):  # noqa: F811

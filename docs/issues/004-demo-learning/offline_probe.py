@@ -16,11 +16,12 @@ import numpy as np
 import optax
 
 import birdjepa.config
+import birdjepa.config.command_line
 import birdjepa.train.state
 import birdjepa.train.step
 
 cache = np.load(sys.argv[1])
-cfg = birdjepa.config.finalize(birdjepa.config.cli(sys.argv[2:]))
+cfg = birdjepa.config.finalize(birdjepa.config.command_line.cli(sys.argv[2:]))
 mesh = birdjepa.train.state.make_mesh(1)
 state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
 upd = jax.jit(functools.partial(birdjepa.train.step.update, static=static, tx=tx, cfg=cfg), donate_argnums=0)

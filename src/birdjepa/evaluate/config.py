@@ -14,6 +14,7 @@ import pathlib
 import typing
 
 import birdjepa.config
+import birdjepa.config.command_line
 import birdjepa.data.config
 import birdjepa.data.sources
 import birdjepa.evaluate.probes
@@ -351,7 +352,7 @@ def test_sets(cfg: EvalConfig) -> list[TestSet]:
 def cli(argv: list[str] | None = None) -> EvalConfig:
     """`--cfg FILE.toml` (optional) then overrides (`--probe.lr=1e-3`, `--encoders A --encoders
     B`; birdjepa.common.cli_args)."""
-    cfg = birdjepa.config.cli(
+    cfg = birdjepa.config.command_line.cli(
         argv, EvalConfig, prog="python -m birdjepa.evaluate",
         description="Evaluate frozen encoders with probes on a soundscape test split (BirdSet "
         "protocol), or score trained models through their own head (--heads MODEL). Load a config with --cfg FILE.toml first; its [[test_sets]] tables (several "

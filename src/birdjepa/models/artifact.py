@@ -33,6 +33,7 @@ import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.config
 import birdjepa.config.architecture
+import birdjepa.config.identity
 import birdjepa.data.audio
 import birdjepa.data.config
 import birdjepa.data.ipc
@@ -172,10 +173,10 @@ def _activation(cfg: birdjepa.config.Config) -> str:
 
 def load_config(run_dir: str | os.PathLike) -> birdjepa.config.Config:
     """The finalized config a run saved in its run directory (config.toml); a config saved
-    before data.resampler existed gets the filter that run used (birdjepa.config.LEGACY)."""
+    before data.resampler existed gets the filter that run used (birdjepa.config.identity.LEGACY)."""
     saved = birdjepa.config.load_dict(birdjepa.runtime.rundir.config_file(run_dir))
     cfg = birdjepa.config.finalize(birdjepa.config.from_dict(birdjepa.config.Config, saved))
-    return birdjepa.config.with_resampler(cfg, saved)
+    return birdjepa.config.identity.with_resampler(cfg, saved)
 
 
 def restore_state(run_dir: str | os.PathLike, *, step: int | None = None):

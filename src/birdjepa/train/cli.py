@@ -20,6 +20,7 @@ import typing
 import birdjepa.common.cli_args
 import birdjepa.common.errors as errors
 import birdjepa.config
+import birdjepa.config.command_line
 import birdjepa.runtime.checkpoint
 import birdjepa.runtime.distributed
 import birdjepa.runtime.preemption
@@ -46,7 +47,7 @@ FAILURES = (birdjepa.train.loop.EvaluationError, birdjepa.train.run.UnsoundRunEr
 def main(argv: list[str], *, prog: str = "python -m birdjepa.train") -> int:
     birdjepa.common.cli_args.survive_closed_output()  # `| tee log` and Ctrl-C: still saves
     try:
-        cfg = birdjepa.config.cli(argv, prog=prog)
+        cfg = birdjepa.config.command_line.cli(argv, prog=prog)
         stop = birdjepa.runtime.preemption.Preemption()
         for sig in (signal.SIGTERM, signal.SIGUSR2):
             stop.install(sig)
