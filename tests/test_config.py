@@ -2,6 +2,7 @@
 
 import copy
 import dataclasses
+import json
 import pathlib
 import tomllib
 
@@ -166,6 +167,44 @@ def test_runs_saved_before_the_resampler_setting_keep_their_filter_and_run_id():
     with pytest.raises(config.ConfigError, match=r'^data.resampler: expected one of soxr-hq, '
                                                  r'rubato-bh2-1024, got "soxr"$'):
         config.validate(bad)
+
+
+def test_every_saved_form_reads_its_resampler_by_one_rule(tmp_path):
+    """Issue 50 item 1: "unset means the saved one, else the legacy one, else the default" had a
+    copy for each saved form. A run's config, a loader state, a pack's plan and an export's
+    audio settings now read it through birdjepa.data.config.saved_resampler, and agree on the
+    three cases: nothing saved, saved before the setting existed, saved with a filter."""
+    import birdjepa.data.pack_dst as pack_dst
+    import birdjepa.models.artifact as artifact
+
+    legacy, default = birdjepa.data.config.LEGACY_RESAMPLER, birdjepa.data.config.DEFAULT_RESAMPLER
+    assert legacy != default
+    cfg = config.finalize(config.load(REPO / "configs" / "demo.toml"))
+    audio = artifact.run_input(identity.with_resampler(cfg, None).data, "run")
+    plan = tmp_path / pack_dst.PLAN
+
+    def forms(saved):  # None: nothing saved; else the saved data settings
+        run = None if saved is None else {"data": saved}
+        state = None if saved is None else {"config": saved}
+        if saved is None:
+            plan.unlink(missing_ok=True)
+        else:
+            plan.write_text(json.dumps(saved))
+        got = [identity.with_resampler(cfg, run).data.resampler,
+               birdjepa.data.config.resolve_resampler(cfg.data, state),
+               pack_dst.plan_resampler(str(tmp_path), None)]
+        if saved is not None:  # an export always has its settings
+            got.append(artifact.input_settings(
+                {k: v for k, v in audio.items() if k != "resampler"} | saved, "x")["resampler"])
+        return got
+
+    assert forms(None) == [default] * 3
+    assert forms({}) == [legacy] * 4
+    assert forms({"resampler": default}) == [default] * 4
+    assert forms({"resampler": legacy}) == [legacy] * 4
+    # An explicit setting wins over whatever was saved, in each form's reader.
+    assert birdjepa.data.config.saved_resampler(default, {}) == default
+    assert pack_dst.plan_resampler(str(tmp_path), default) == default
 
 
 # Issue 23 item 13 (and 12): bad values main accepted (then trained NaN or hung) or crashed on

@@ -118,7 +118,7 @@ LEGACY = {"model.fc_norm": False, "model.gelu": "tanh", "model.train_pos": True,
           "model.residual_dtype": "float32", "model.scan_layers": True}
 """Fields added after checkpoints were saved, with the value that reproduces the behaviour those
 checkpoints were trained with. A saved config without the key means this value: config_diff
-and config_hash (birdjepa.config) treat "missing" and this value as the same, so old runs
+and config_hash (birdjepa.config.identity) treat "missing" and this value as the same, so old runs
 resume and keep their run ids."""
 DTYPES = ("float32", "bfloat16")
 REMATS = ("none", "block", "dots")

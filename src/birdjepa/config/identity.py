@@ -107,11 +107,9 @@ def with_resampler(cfg: Config, saved: dict | None) -> Config:
     filter, and an explicit value stays (a resume then compares it with the saved one)."""
     if cfg.data.resampler is not None:
         return cfg
-    if saved is None:
-        value = birdjepa.data.config.DEFAULT_RESAMPLER
-    else:
-        data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
-        value = data.get("resampler") or birdjepa.data.config.LEGACY_RESAMPLER
+    data = None if saved is None else saved.get("data") if isinstance(saved.get("data"), dict) \
+        else {}
+    value = birdjepa.data.config.saved_resampler(None, data)
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, resampler=value))
 
 

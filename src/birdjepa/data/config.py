@@ -259,15 +259,25 @@ class LoaderConfig:
         return out
 
 
-def resolve_resampler(cfg: LoaderConfig, state: dict | None = None) -> str:
-    """`cfg.resampler`, or when unset: a saved loader state's (`state`, from `state_dict()`: one
-    that names none is LEGACY_RESAMPLER's), or for a new stream DEFAULT_RESAMPLER."""
-    if cfg.resampler is not None:
-        return cfg.resampler
-    if state is None:
+def saved_resampler(explicit: str | None, saved: dict | None) -> str:
+    """The one rule for the resampler of a stream that may continue a saved one: `explicit`
+    when set; else the filter the saved form names (`saved`: a loader state's config, a run's
+    data table, a pack's plan), and one that names none was saved before the setting existed
+    and used LEGACY_RESAMPLER; with nothing saved (a new stream, run or pack) DEFAULT_RESAMPLER."""
+    if explicit is not None:
+        return explicit
+    if saved is None:
         return DEFAULT_RESAMPLER
-    saved = state.get("config") if isinstance(state, dict) else None
     return (saved.get("resampler") if isinstance(saved, dict) else None) or LEGACY_RESAMPLER
+
+
+def resolve_resampler(cfg: LoaderConfig, state: dict | None = None) -> str:
+    """`cfg.resampler` by `saved_resampler` against a saved loader state (`state`, from
+    `state_dict()`), or none (a new stream)."""
+    if state is None:
+        return saved_resampler(cfg.resampler, None)
+    saved = state.get("config") if isinstance(state, dict) else None
+    return saved_resampler(cfg.resampler, saved if isinstance(saved, dict) else {})
 
 
 def rust_json(cfg: LoaderConfig, run: dict) -> str:

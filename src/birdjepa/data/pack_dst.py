@@ -79,15 +79,13 @@ class Manifest:
 
 
 def plan_resampler(dst: str, resampler: str | None) -> str:
-    """The filter of a pack into `dst`: `resampler`, or when unset the one of the pack being
-    resumed there (a plan that names none: LEGACY_RESAMPLER), else the default."""
-    if resampler is not None:
-        return resampler
+    """The filter of a pack into `dst`: `config.saved_resampler` against the plan of the pack
+    being resumed there, or none (a new pack)."""
     path = os.path.join(dst, PLAN)
-    if not os.path.exists(path):
-        return config.DEFAULT_RESAMPLER
+    if resampler is not None or not os.path.exists(path):
+        return config.saved_resampler(resampler, None)
     with open(path) as f:
-        return json.load(f).get("resampler", config.LEGACY_RESAMPLER)
+        return config.saved_resampler(None, json.load(f))
 
 
 def check_plan(dst: str, want: dict) -> None:

@@ -61,16 +61,17 @@ seconds and frames, the padding of a clip shorter than n_frames (birdjepa.data.L
 the normalisation (x - mean) / (2 * std), and `window`: where a recording's clip is taken from
 ("start": its first window_s seconds, as Bird-MAE's extractor; "centre": the loader's eval crop,
 our runs, whose training crops were random)."""
-LEGACY_INPUT = {"pad": "zero", "window": "centre",
-                "resampler": birdjepa.data.config.LEGACY_RESAMPLER}
-"""What an export written before these keys were recorded used (so it reproduces exactly)."""
+LEGACY_INPUT = {"pad": "zero", "window": "centre"}
+"""What an export written before these keys were recorded used (so it reproduces exactly); its
+resampler is birdjepa.data.config.saved_resampler's rule."""
 
 
 def input_settings(audio: dict, what: str) -> dict:
     """`audio` with every INPUT_KEYS entry: a legacy export's missing ones filled from
     LEGACY_INPUT and the one fbank we compute; an fbank or pad we cannot compute is a one-line
     ValueError naming `what`, the expected and the actual value."""
-    a = {**LEGACY_INPUT, "fbank": dict(birdjepa.data.audio.FBANK_DEFAULTS), **audio}
+    a = {**LEGACY_INPUT, "fbank": dict(birdjepa.data.audio.FBANK_DEFAULTS), **audio,
+         "resampler": birdjepa.data.config.saved_resampler(None, audio)}
     if a["fbank"] != birdjepa.data.audio.FBANK_DEFAULTS:
         raise ValueError(f"{what}: fbank: expected the options birdjepa computes "
                          f"{birdjepa.data.audio.FBANK_DEFAULTS}, got {a['fbank']}")
