@@ -2,6 +2,8 @@
 agree in any case, and a write that fails leaves the file that was there."""
 
 import errno
+import os
+import pathlib
 
 import numpy as np
 import pyarrow as pa
@@ -9,6 +11,7 @@ import pyarrow.csv
 import pyarrow.parquet
 import pytest
 
+import birdjepa.common.outputs as outputs
 import birdjepa.models.recordings as recordings
 from birdjepa.common.outputs import LEDGER
 
@@ -223,3 +226,43 @@ def test_an_evaluate_out_dir_that_is_a_file_is_refused_before_anything(tmp_path)
     with pytest.raises(birdjepa.config.ConfigError, match=r"out_dir: expected a directory \(or "
                        r"none\), got .*out', a file"):
         birdjepa.evaluate.runner.check_out_dir(f)
+
+
+def test_a_directory_is_written_beside_or_inside_and_renamed_whole(tmp_path, monkeypatch):
+    """Issue 50 item 5: `outputs.replacing_dir`, the one directory writer (pack, the demo corpus
+    and soundscapes, from_annotations): a new directory appears whole; an empty one (a link to
+    one) keeps its identity and gets the files, the reader's file last; an old one is replaced
+    whole; a failed write leaves what was there and no temporary, which `original` names."""
+    def files(d):
+        return sorted(p.name for p in d.iterdir())
+
+    new = tmp_path / "new"
+    with outputs.replacing_dir(new, last="state.json") as tmp:
+        assert tmp.parent == tmp_path and outputs.original(tmp.name) == "new"
+        (tmp / "a").write_text("1")
+        (tmp / "state.json").write_text("{}")
+        assert not new.exists()  # a reader never sees it half-written
+    assert files(new) == ["a", "state.json"]
+
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    moved, real_rename = [], os.rename
+    with monkeypatch.context() as m, outputs.replacing_dir(link, last="state.json") as tmp:
+        assert tmp.parent == link and outputs.original(tmp.name) == "link"
+        for name in ("state.json", "b", "c"):
+            (tmp / name).write_text(name)
+        m.setattr(os, "rename", lambda a, b: (moved.append(pathlib.Path(b).name),
+                                              real_rename(a, b)))
+    assert link.is_symlink() and files(target) == ["b", "c", "state.json"]
+    assert moved[-1] == "state.json"
+
+    with outputs.replacing_dir(new) as tmp:
+        (tmp / "z").write_text("2")
+    assert files(new) == ["z"] and files(tmp_path) == ["link", "new", "target"]
+
+    with pytest.raises(OSError), outputs.replacing_dir(new) as tmp:
+        (tmp / "half").write_text("x")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert files(new) == ["z"] and files(tmp_path) == ["link", "new", "target"]

@@ -47,10 +47,12 @@ def test_pack_resumes_after_sigkill(tmp_path):
                                            int(2e6)))
     assert 1 <= len(done) < n_shards, (done, n_shards)
     assert not (dst / "state.json").exists()
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
     assert f"packed 600 rows into {n_shards} shards" in out and \
         f"{len(done)} already done" in out, out
-    assert not [f for f in os.listdir(dst) if f.endswith(".tmp")]
+    assert not [f for f in os.listdir(dst) if f.endswith(".tmp")], os.listdir(dst)
     got = [r for f in birdjepa.data.resolve_shards(str(dst))
            for r in pa.ipc.open_stream(pa.memory_map(f)).read_all().to_pylist()]
     assert [r["filepath"] for r in got] == [r["filepath"] for r in many]

@@ -282,19 +282,12 @@ def _own_names(c: ast.ClassDef) -> set[str]:
     return names
 
 
-RENAMERS = {
-    "birdjepa.common.outputs": "the rule: write beside, then rename over (every output file)",
-    "birdjepa.data.pack": "shard files whose temporary names its manifest records for resume",
-    "birdjepa.demo_data.writer": "a whole directory, built beside and renamed",
-    "birdjepa.data.from_annotations": "a whole directory, built beside and renamed",
-}
-"""The modules that rename a temporary into place, and why each is not common.outputs."""
-
-
-def test_a_file_is_renamed_into_place_by_common_outputs():
-    """One owner per concern: writing a file beside its place and renaming it over is
-    birdjepa.common.outputs; runtime/rundir's COMPLETE, runtime/integrity's manifest and
-    data/from_files' shard had their own copies (`os.replace(tmp, ...)`, `tmp.rename(...)`)."""
+def test_a_file_or_directory_is_renamed_into_place_by_common_outputs():
+    """One owner per concern: writing a file or a directory beside its place and renaming it
+    over is birdjepa.common.outputs (`replacing`, `replacing_dir`). runtime/rundir's COMPLETE,
+    runtime/integrity's manifest and data/from_files' shard had their own copies; issue 50
+    item 5: pack's shards, the demo corpus, the demo soundscapes and from_annotations' split
+    each named and renamed their own temporaries, and `outputs.original` knew only its own."""
     found = set()
     for name, tree in modules().items():
         for n in ast.walk(tree):
@@ -304,7 +297,7 @@ def test_a_file_is_renamed_into_place_by_common_outputs():
             if f in ("os.replace", "os.rename") or (
                     n.func.attr in ("rename", "replace") and ast.unparse(n.func.value) == "tmp"):
                 found.add(name)
-    assert found == set(RENAMERS)
+    assert found == {"birdjepa.common.outputs"}
 
 
 def test_a_class_is_whole_not_split_across_a_private_base():

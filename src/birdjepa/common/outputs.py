@@ -1,7 +1,9 @@
-"""The one rule for writing an output file: into a temporary file beside it, then renamed over
-it. A write that fails (a full disk, a quota, Ctrl-C) removes its temporary file and leaves an
-existing file as it was; a reader never sees half a file. No birdjepa imports: every layer
-that writes files uses it.
+"""The one rule for writing an output file or directory: into a temporary one beside it, then
+renamed over it (`replacing`, `replacing_dir`). A write that fails (a full disk, a quota,
+Ctrl-C) removes its temporary and leaves what existed as it was; a reader never sees half a file
+or a directory without its last file. Every temporary is named by `temporary`, so `original`
+knows each one a killed process left. No birdjepa imports: every layer that writes files uses
+it.
 
 And the one rule for knowing a file is ours to replace: a command that may replace its own
 outputs later `record`s each one in a ledger beside it (LEDGER: name, size, sha256), and a file
@@ -15,6 +17,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 from collections.abc import Iterator
 
 
@@ -42,6 +45,38 @@ def replacing(path: str | os.PathLike) -> Iterator[pathlib.Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def replacing_dir(path: str | os.PathLike, *, last: str | None = None
+                  ) -> Iterator[pathlib.Path]:
+    """`with replacing_dir(d) as tmp:` write the directory's files into `tmp`; on leaving the
+    block they become `d`, or `tmp` is removed if the block raised.
+    - `d` missing: `tmp` (beside it) is renamed to `d`.
+    - `d` an empty directory (a link to one, the shell's `.`): `tmp` is made inside it and its
+      files are moved up, `last` (the file a reader opens the directory by) last, so that the
+      directory itself stays what it is.
+    - anything else at `d` (its caller has checked that it may go): `d` is renamed aside, `tmp`
+      renamed to `d`, and the old one removed."""
+    path = pathlib.Path(os.path.abspath(path))  # `.` has no name of its own
+    inside = path.is_dir() and not any(path.iterdir())
+    tmp = path / temporary(path).name if inside else temporary(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if inside:
+            for name in sorted(os.listdir(tmp), key=lambda n: n == last):
+                os.rename(tmp / name, path / name)
+        elif os.path.lexists(path):
+            old = path.with_name(f".{path.name}.{os.getpid()}.old")
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+        else:
+            os.rename(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import pathlib
-import shutil
 import typing
 
 import pyarrow as pa
@@ -43,6 +42,7 @@ import pyarrow as pa
 import birdjepa._rs
 import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
+import birdjepa.common.outputs as outputs
 import birdjepa.data.annotation_tables as annotation_tables
 import birdjepa.data.audio
 import birdjepa.data.ipc
@@ -283,22 +283,10 @@ def _save(tbl: pa.Table, out_dir: pathlib.Path, description: str) -> None:
     temporary directory inside it and its files moved up, state.json last (what
     `load_from_disk` opens by), so the directory itself (the link, the shell's current
     directory) stays what it is."""
-    inside = out_dir.is_dir()
-    tmp = (out_dir / f".from_annotations.tmp-{os.getpid()}" if inside
-           else out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with outputs.replacing_dir(out_dir, last="state.json") as tmp:
         with pa.OSFile(str(tmp / SHARD), "wb") as f, pa.ipc.new_stream(f, tbl.schema) as w:
             w.write_table(tbl)
         write_state(tmp, tbl, description)
-        if not inside:
-            os.rename(tmp, out_dir)
-            return
-        for name in sorted(os.listdir(tmp), key=lambda n: n == "state.json"):
-            os.rename(tmp / name, out_dir / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write(tables: list[str], s: Settings, *, class_names: list[str] | None = None) -> dict:

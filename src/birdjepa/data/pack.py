@@ -28,7 +28,6 @@ small files on a network file system are slow.
 """
 
 import concurrent.futures
-import contextlib
 import hashlib
 import json
 import os
@@ -239,26 +238,26 @@ def write_shard(src: Source, schema: pa.Schema, start: int, end: int, path: str,
                 recode: "birdjepa.data.audio.Recoder | None" = None) -> int:
     """Rows [start, end) of `src` into `path` (via a temporary file, recorded in `manifest`,
     then renamed); raises Stopped once `stop` is set."""
-    tmp, sources = f"{path}.tmp", src.stamp(start, end)  # stamped before it is read
-    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
-        for a in range(start, end, BATCH_ROWS):
-            if stop is not None and stop.is_set():
-                raise Stopped(path)
-            b = min(a + BATCH_ROWS, end)
-            cols = []
-            for name in schema.names:
-                if name == src.audio_column:
-                    cols.append(_audio_array(src, a, b, max_audio_mb, recode))
-                    continue
-                cols.append(src.take(name, a, b))
-            w.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
-            if progress is not None:
-                progress(b - a)
-    if manifest is not None:  # with the rows of this shard whose data stopped early
-        damaged = sorted([k - start, f"{where}: {message}"] for k, where, message in
-                         (recode.damaged if recode is not None else []) if start <= k < end)
-        manifest.add(os.path.basename(path), tmp, sources, damaged=damaged)
-    os.replace(tmp, path)
+    sources = src.stamp(start, end)  # stamped before it is read
+    with outputs.replacing(path) as tmp:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+            for a in range(start, end, BATCH_ROWS):
+                if stop is not None and stop.is_set():
+                    raise Stopped(path)
+                b = min(a + BATCH_ROWS, end)
+                cols = []
+                for name in schema.names:
+                    if name == src.audio_column:
+                        cols.append(_audio_array(src, a, b, max_audio_mb, recode))
+                        continue
+                    cols.append(src.take(name, a, b))
+                w.write_batch(pa.RecordBatch.from_arrays(cols, schema=schema))
+                if progress is not None:
+                    progress(b - a)
+        if manifest is not None:  # with the rows of this shard whose data stopped early
+            damaged = sorted([k - start, f"{where}: {message}"] for k, where, message in
+                             (recode.damaged if recode is not None else []) if start <= k < end)
+            manifest.add(os.path.basename(path), str(tmp), sources, damaged=damaged)
     return end - start
 
 
@@ -285,9 +284,6 @@ def _write_all(src, schema, ranges, names, todo, dst, workers, bar, manifest,
     except BaseException as e:
         stop.set()
         ex.shutdown(wait=True, cancel_futures=True)
-        for n in names:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(dst, n + ".tmp"))
         first = next((x for f in futs if not f.cancelled() and (x := f.exception()) is not None
                       and not isinstance(x, Stopped)), e)
         raise first from None
@@ -348,6 +344,9 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     fd = pack_dst.lock(dst)
     try:
         pack_dst.check_dst(files, dst, names)  # again, now that no other pack writes here
+        for left in os.listdir(dst):  # a killed pack's half-written shards (none runs now)
+            if outputs.original(left) in names:
+                os.remove(os.path.join(dst, left))
         if recode is not None and sample_rate is not None:
             recode.resampler = pack_dst.plan_resampler(dst, resampler)
             if recode.resampler != config.LEGACY_RESAMPLER:  # old plans: the legacy one

@@ -116,7 +116,7 @@ def check_dst(files: list[str], dst: str, names: list[str]) -> None:
     if not os.path.isdir(dst):
         return
     present = set(os.listdir(dst))
-    ours = {PLAN, MANIFEST, LOCK, *FINAL, *names, *(n + ".tmp" for n in names)}
+    ours = {PLAN, MANIFEST, LOCK, *FINAL, *names}
     if PLAN not in present:
         ours = {LOCK}  # no plan of ours: whatever is there was written by something else
     foreign = sorted(n for n in present - ours if outputs.original(n) not in ours)

@@ -17,13 +17,13 @@ import dataclasses
 import json
 import os
 import pathlib
-import shutil
 import time
 import zlib
 
 import numpy as np
 import pyarrow as pa
 
+import birdjepa.common.outputs as outputs
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.demo_data.codecs as codecs
 import birdjepa.demo_data.synth as synth
@@ -176,11 +176,8 @@ def write(out_dir: str | os.PathLike, *, n_soundscapes: int = 24, n_segments: in
     per_shard = writer._shard_sizes(n_soundscapes, n_shards)
     names = [f"data-{i:05d}-of-{n_shards:05d}.arrow" for i in range(n_shards)]
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     counts, n_rows, n_empty, it = [0] * len(catalogue.SPECIES), 0, 0, iter(plans)
-    try:
+    with outputs.replacing_dir(out, last="state.json") as tmp:
         for name, k in zip(names, per_shard, strict=True):
             with pa.OSFile(str(tmp / name), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
                 for _ in range(k):
@@ -197,9 +194,6 @@ def write(out_dir: str | os.PathLike, *, n_soundscapes: int = 24, n_segments: in
             description=f"birdjepa synthetic soundscapes: {n_rows} segments of {segment_s:g} s "
                         f"from {n_soundscapes} soundscapes, seed {seed}")
         writer.record_all(tmp)
-        writer._swap_in(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {"out_dir": str(out), "shards": [str(out / n) for n in names], "n_segments": n_rows,
             "n_empty": n_empty, "label_counts": counts,
             "species": [s.code for s in catalogue.SPECIES],

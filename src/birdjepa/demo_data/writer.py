@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import pathlib
 import re
-import shutil
 import time
 import zlib
 
@@ -166,23 +165,19 @@ def write(
     schema = schema.with_metadata({"huggingface": json.dumps({"info": {"features": features}})})
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     rows = _rows(plans, workers)
     try:
-        codec_counts, label_counts = _write_shards(tmp, names, sizes, rows, schema, verbose)
-        meta = [n_recordings, n_shards, seed, min_s, max_s, features] + ([noise] if labels else [])
-        _write_metadata(tmp, names, features, fingerprint_of=meta,
-                        description=f"birdjepa synthetic bird-song demo corpus: {n_recordings} "
-                                    f"recordings of {len(catalogue.SPECIES)} species, seed {seed}")
-        record_all(tmp)
-        _swap_in(tmp, out)
+        with outputs.replacing_dir(out, last="state.json") as tmp:
+            codec_counts, label_counts = _write_shards(tmp, names, sizes, rows, schema, verbose)
+            meta = [n_recordings, n_shards, seed, min_s, max_s, features] + (
+                [noise] if labels else [])
+            _write_metadata(tmp, names, features, fingerprint_of=meta,
+                            description=f"birdjepa synthetic bird-song demo corpus: "
+                                        f"{n_recordings} recordings of {len(catalogue.SPECIES)} "
+                                        f"species, seed {seed}")
+            record_all(tmp)
     finally:
         rows.close()
-        if tmp.exists():
-            shutil.rmtree(tmp)
 
     shards = [out / n for n in names]
     return {
@@ -290,15 +285,3 @@ def record_all(root: pathlib.Path) -> None:
                      if p.is_file() and p.name != outputs.LEDGER])
 
 
-def _swap_in(tmp: pathlib.Path, out: pathlib.Path) -> None:
-    """Replace `out` with the finished `tmp` directory (rename, so readers never see half)."""
-    if out.exists():
-        if out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
-        else:
-            trash = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.rename(out, trash)
-            os.rename(tmp, out)
-            shutil.rmtree(trash) if trash.is_dir() else trash.unlink()
-    if not out.exists():
-        os.rename(tmp, out)
