@@ -69,6 +69,33 @@ def test_help_exits_0_names_the_command_and_explains_every_option(command, helps
     assert silent == [], f"{command}: options without a sentence: {silent}"
 
 
+INTERNAL = re.compile(r"birdjepa\.[a-z_]+\.[a-z_]|docs/issues|\w+\.py\b|src/")
+"""A module path of the package, an investigation, a source file: what a user's help had
+(`pretrain --help`: 445 lines, 9 of them naming modules or investigations)."""
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.startswith("birdjepa")])
+def test_help_is_short_and_names_nothing_internal(command, helps):
+    """Issue 50 item 6: each option's help is its docstring's first sentence (the details stay
+    in the docstring and the guides), without the remarks that name modules or investigations.
+    The benchmarks, a developer's tools, keep theirs."""
+    text = helps[command].stdout
+    internal = [line for line in text.splitlines()[1:] if INTERNAL.search(line)]
+    assert internal == [], f"{command}: {internal}"
+    long = {k: len(v.split()) for k, v in option_helps(text).items() if len(v.split()) > 80}
+    assert long == {}, f"{command}: help over 80 words: {long}"
+
+
+def test_help_keeps_a_fields_first_sentence_and_drops_internal_remarks():
+    import birdjepa.common.cli_args as cli_args
+
+    doc = ("Peak TFLOP/s of one device (the table in birdjepa.train.flops (H100, A100)); none "
+           "on CPU (e.g. a laptop). The MFU uses it (docs/issues/013).")
+    assert cli_args.summary(doc) == "Peak TFLOP/s of one device; none on CPU (e.g. a laptop)."
+    assert cli_args.summary("A run directory; or an export (birdjepa.models); or "
+                            "birdjepa.models.load's spec") == "A run directory; or an export."
+
+
 def test_booleans_are_flag_and_no_flag(helps):
     assert "--optim.muon, --no_optim.muon" in helps["birdjepa.train"].stdout
     assert "--dry_run, --no_dry_run" in helps["birdjepa.launch"].stdout

@@ -21,6 +21,7 @@ import functools
 import inspect
 import operator
 import pathlib
+import re
 import sys
 import textwrap
 import types
@@ -203,6 +204,46 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
+INTERNAL = re.compile(r"birdjepa\.[a-z_]+|docs/issues|\w+\.py\b|src/")
+"""What a user's --help does not need: the package's module paths, investigations, source files."""
+
+
+def summary(doc: str) -> str:
+    """The --help line of a field's docstring: its first sentence, without the parenthetical
+    remarks that name the package's modules or investigations (the docstring, in the source
+    and the guides, keeps them)."""
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(doc):  # drop each outermost (...) that names something internal
+        if c == "(":
+            if depth == 0:
+                out.append(doc[start:i])
+                start = i
+            depth += 1
+        elif c == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                group = doc[start:i + 1]
+                out.append("" if INTERNAL.search(group) else group)
+                start = i + 1
+    text = "".join(out) + doc[start:]
+    text = re.sub(r"\s+([,.;:])", r"\1", re.sub(r"\s{2,}", " ", text)).strip()
+    first = re.split(r"(?<!e\.g)(?<!i\.e)(?<![A-Z]\.)\.\s+(?=[A-Z\"'`])", text, maxsplit=1)
+    clauses = _clauses(first[0].rstrip("."))  # a clause naming a module is left out
+    kept = [c for c in clauses if not INTERNAL.search(c)] or [INTERNAL.sub("it", clauses[0])]
+    return "; ".join(kept) + "."
+
+
+def _clauses(text: str) -> list[str]:
+    """`text` split at each "; " outside parentheses."""
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    return out + [text[start:]]
+
+
 def _optional(t) -> tuple[typing.Any, bool]:
     """(t without None, whether None was allowed)."""
     if typing.get_origin(t) in (typing.Union, types.UnionType):
@@ -278,7 +319,7 @@ class Parser(argparse.ArgumentParser):
             self.config_fields[key] = t
             group.add_argument(f"--{key}", dest=key, **kw).shown_default = _default(f)
         for t, key in nested:
-            doc = " ".join((t.__doc__ or "").split()) if t.__doc__ and not \
+            doc = summary(" ".join(t.__doc__.split())) if t.__doc__ and not \
                 t.__doc__.startswith(t.__name__ + "(") else ""
             self.config(t, key + ".", title=f"{key} options", doc=doc or None)
 
@@ -320,7 +361,7 @@ def _default(f: dataclasses.Field):
 
 def _field_kw(t, f: dataclasses.Field, doc: str) -> dict | None:
     """add_argument keywords for a config field of type `t` (value unset unless given)."""
-    kw: dict = {"default": argparse.SUPPRESS, "help": doc.replace("%", "%%")}
+    kw: dict = {"default": argparse.SUPPRESS, "help": summary(doc).replace("%", "%%")}
     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
         kw["required"] = True
     base, optional = _optional(t)

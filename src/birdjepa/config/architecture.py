@@ -79,7 +79,7 @@ class ModelConfig:
     seed-to-seed spread (same write-up). Norm statistics and the final outputs stay float32."""
     scan_layers: bool | None = None
     """true (default): the blocks run as one `lax.scan` (one compiled block, the fastest
-    compile). false: a Python loop over the same stacked blocks (MaxText's and levanter's
+    compile). False: a Python loop over the same stacked blocks (MaxText's and levanter's
     `scan_layers = false`): compile time grows with depth, but nothing the backward pass keeps
     is copied into the scan's stacked buffers (72 copies per vit-s step on an H200) and no
     such buffer is zero-filled, and without remat a step keeps only what it needs (vit-s 512 x

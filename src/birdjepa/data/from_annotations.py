@@ -3,7 +3,7 @@
 
 TABLE: Raven Pro selection tables (one per recording, or combined with a `Begin Path` column)
 and CSV files (`file,start,end,label`), or directories holding them (*.selections.txt, *.csv);
-how each row finds its recording is in birdjepa.data.annotation_tables.
+how each row finds its recording: docs/guides/evaluation.md ("Your own annotated recordings").
 
 DST is a `save_to_disk` directory (state.json, dataset_info.json, one data-*.arrow) that
 `datasets.load_from_disk`, `birdjepa.data.Loader` and `python -m birdjepa.evaluate` read:

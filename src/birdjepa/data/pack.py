@@ -4,9 +4,8 @@ small files on a network file system are slow.
 
 * Every column is kept; the audio column becomes HF's `{bytes, path}` struct whose bytes are the
   files' bytes exactly (`--codec copy`, the default) and whose path is the stored one.
-* `--codec wav|flac [--sample_rate SR]` re-encodes each recording (birdjepa.data.audio.recode:
-  mono, resampled once to SR, 16-bit); at the model's rate the loader neither resamples nor
-  decodes a codec (docs/issues/022-gpu-kept-busy). Undecodable ones are kept, and named.
+* `--codec wav|flac [--sample_rate SR]` re-encodes each recording (mono, resampled once to SR, 16-bit); at the model's rate the loader neither resamples nor
+  decodes a codec. Undecodable ones are kept, and named.
 * The rows are planned once (`pack-plan.json` in DST: sources, row ranges per shard, settings);
   shards are written in parallel (threads: reading and writing release the GIL), each to a
   temporary file renamed when complete, with a progress bar over rows.
@@ -18,8 +17,8 @@ small files on a network file system are slow.
   holding files pack did not write. DST is locked (`pack.lock`, flock) while pack writes: a
   second pack into it is refused. The first failed write (a full disk) stops the pack, and
   its temporary files are removed.
-* Path-only audio resolves with `audio_root` / `path_map` (birdjepa.data.paths, the loader's
-  rule). Before anything is written every such file is checked (stat only): a missing one, or
+* Path-only audio resolves with `audio_root` / `path_map`, the loader's
+  rule. Before anything is written every such file is checked (stat only): a missing one, or
   one that is not a regular file (a FIFO, /dev/zero, a directory) or is above `max_audio_mb`,
   is one error naming the shard, the row and the file; files are read only after the same
   check on the open file (a FIFO never blocks, a device is never read).
@@ -401,7 +400,7 @@ class _Progress:
 def add_options(p: cli_args.Parser) -> cli_args.Parser:
     """Every option of `python -m birdjepa.sources pack`, in one place."""
     p.add_argument("src", metavar="SRC",
-                   help="shards as birdjepa.data.resolve_shards takes them (DIR:SPLIT, ...)")
+                   help="the dataset: a save_to_disk directory (DIR:SPLIT for one split), Arrow shards or a glob")
     p.add_argument("--out_dir", required=True,
                    help="directory to write: a save_to_disk layout (DST above)")
     p.add_argument("--shard_mb", type=cli_args.converter(float), default=500.0,
