@@ -29,7 +29,7 @@ import numpy as np
 import birdjepa._rs
 import birdjepa.common.outputs as outputs
 import birdjepa.config
-import birdjepa.config.identity
+import birdjepa.config.identity as identity
 import birdjepa.evaluate.cache as cache
 import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.config as config
@@ -58,7 +58,7 @@ class Encoder:
     step: int
     """Checkpoint step restored; -1 for a random initialisation."""
     config_hash: str
-    """`birdjepa.config.identity.config_hash` of the training config (model- and data-shaping keys)."""
+    """`identity.config_hash` of the training config (model- and data-shaping keys)."""
     digest: str
     """sha256 of the restored step's integrity manifest (which holds every file's sha256), or of
     the parameters themselves for a random initialisation."""
@@ -151,7 +151,7 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
         out.append(Encoder(
             name=pathlib.Path(run_dir).resolve().name, model=model,
             run_dir=str(pathlib.Path(run_dir).resolve()), step=int(restored.step),
-            config_hash=birdjepa.config.identity.config_hash(dataclasses.asdict(tcfg)),
+            config_hash=identity.config_hash(dataclasses.asdict(tcfg)),
             digest=birdjepa.runtime.integrity.checkpoint_digest(run_dir, restored.step),
             objective=tcfg.objective.name,
             audio=birdjepa.models.artifact.run_input(tcfg.data, run_dir)))
@@ -163,7 +163,7 @@ def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
         model, tcfg = random_encoder(path)
         out.append(Encoder(
             name=f"random-{pathlib.Path(path).stem}", model=model, run_dir="", step=-1,
-            config_hash=birdjepa.config.identity.config_hash(dataclasses.asdict(tcfg)),
+            config_hash=identity.config_hash(dataclasses.asdict(tcfg)),
             digest=params_digest(model), objective=f"random init of {tcfg.objective.name}"))
     names = [e.name for e in out]
     if len(set(names)) != len(names):

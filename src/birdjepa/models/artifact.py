@@ -33,7 +33,7 @@ import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.config
 import birdjepa.config.architecture
-import birdjepa.config.identity
+import birdjepa.config.identity as identity
 import birdjepa.data.audio
 import birdjepa.data.config
 import birdjepa.data.ipc
@@ -174,10 +174,10 @@ def _activation(cfg: birdjepa.config.Config) -> str:
 
 def load_config(run_dir: str | os.PathLike) -> birdjepa.config.Config:
     """The finalized config a run saved in its run directory (config.toml); a config saved
-    before data.resampler existed gets the filter that run used (birdjepa.config.identity.LEGACY)."""
+    before data.resampler existed gets the filter that run used (identity.LEGACY)."""
     saved = birdjepa.config.load_dict(birdjepa.runtime.rundir.config_file(run_dir))
     cfg = birdjepa.config.finalize(birdjepa.config.from_dict(birdjepa.config.Config, saved))
-    return birdjepa.config.identity.with_resampler(cfg, saved)
+    return identity.with_resampler(cfg, saved)
 
 
 def restore_state(run_dir: str | os.PathLike, *, step: int | None = None):

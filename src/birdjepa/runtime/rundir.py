@@ -27,7 +27,7 @@ import time
 
 import birdjepa.common.outputs as outputs
 import birdjepa.config
-import birdjepa.config.identity
+import birdjepa.config.identity as identity
 
 COMPLETE = "COMPLETE"
 """Marker file written into a run directory when its training has finished."""
@@ -94,7 +94,7 @@ def default_run_id(cfg: birdjepa.config.Config) -> str:
     """A stable id from the config keys that shape the run: the same command finds the same
     run directory (runs/<id>) again (and resumes it), another seed or model gets another one."""
     d = dataclasses.asdict(dataclasses.replace(cfg, run_id="", run_dir=""))
-    return "run-" + birdjepa.config.identity.config_hash(d)[:ID_HEX]
+    return "run-" + identity.config_hash(d)[:ID_HEX]
 
 
 def default_run_dir(run_id: str) -> str:
@@ -110,7 +110,7 @@ def dir_run_id(cfg: birdjepa.config.Config, run_dir: str) -> str:
     """The id of a new run in an explicit `run_dir`: the config's and the directory's absolute
     path's hash, so two directories never share an id (even with one config)."""
     d = dataclasses.asdict(dataclasses.replace(cfg, run_id="", run_dir=""))
-    blob = birdjepa.config.identity.config_hash(d) + os.path.abspath(run_dir)
+    blob = identity.config_hash(d) + os.path.abspath(run_dir)
     return "run-" + hashlib.sha256(blob.encode()).hexdigest()[:ID_HEX]
 
 

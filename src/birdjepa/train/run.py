@@ -29,7 +29,7 @@ import pyarrow as pa
 
 import birdjepa.common.errors as errors
 import birdjepa.config
-import birdjepa.config.identity
+import birdjepa.config.identity as identity
 import birdjepa.data
 import birdjepa.data.table
 import birdjepa.models
@@ -129,8 +129,8 @@ def _check_complete(cfg: birdjepa.config.Config, run_dir: pathlib.Path) -> None:
         return
     with open(path, "rb") as f:
         saved = tomllib.load(f)
-    birdjepa.config.identity.check_same(
-        saved, birdjepa.config.identity.with_resampler(cfg, saved), ignore=birdjepa.config.identity.NOT_SHAPING,
+    identity.check_same(
+        saved, identity.with_resampler(cfg, saved), ignore=identity.NOT_SHAPING,
         what=f"{run_dir} holds a finished run with a different config; use --resume=never to "
              "train again from scratch, or another --run_dir")
 
@@ -146,7 +146,7 @@ def _open_locked(cfg, run_dir: pathlib.Path, is_main: bool, mesh, loaders, lock)
 
 def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -> Run:
     cfg_dict = dataclasses.asdict(cfg)
-    meta = {"config": cfg_dict, "config_hash": birdjepa.config.identity.config_hash(cfg_dict),
+    meta = {"config": cfg_dict, "config_hash": identity.config_hash(cfg_dict),
             "code_version": code_version(), "wandb_id": cfg.run_id, "lr_cap": 1.0}
     state, static, tx = birdjepa.train.state.init_state(cfg, mesh)
     train_state = None
@@ -221,11 +221,11 @@ def lr_cap(cfg: birdjepa.config.Config, saved_meta: dict, step: int, is_main: bo
 
 def _open_checkpoints(cfg, run_dir: pathlib.Path):
     """(Checkpointer, the step to resume from or None, `cfg` with its resampler resolved:
-    birdjepa.config.identity.with_resampler, from the checkpoint's config when resuming), applying
+    identity.with_resampler, from the checkpoint's config when resuming), applying
     cfg.resume."""
     ckpt_dir = birdjepa.runtime.rundir.checkpoints_dir(run_dir)
     ckpt = birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every, keep=cfg.ckpt_keep)
-    fresh = birdjepa.config.identity.with_resampler(cfg, None)
+    fresh = identity.with_resampler(cfg, None)
     if cfg.resume != "never":
         latest = _latest_or_refuse(ckpt, ckpt_dir)
         if latest is None:
@@ -246,7 +246,7 @@ def _open_checkpoints(cfg, run_dir: pathlib.Path):
                                                 keep=cfg.ckpt_keep), None, fresh
     try:
         saved = ckpt.read_meta().get("config", {})
-        cfg = birdjepa.config.identity.with_resampler(cfg, saved)
+        cfg = identity.with_resampler(cfg, saved)
         _check_resume(cfg, saved, ckpt_dir, latest)
     except BaseException:
         ckpt.close()
@@ -285,8 +285,8 @@ def _check_resume(cfg, saved: dict, ckpt_dir: pathlib.Path, latest: int) -> None
     """Refuse a resume whose config changed (but with resume="force") or whose n_steps changed
     (but with resume="extend" or "force", and never below the saved step)."""
     if cfg.resume != "force":
-        birdjepa.config.identity.check_same(
-            saved, cfg, ignore=birdjepa.config.identity.NOT_SHAPING,
+        identity.check_same(
+            saved, cfg, ignore=identity.NOT_SHAPING,
             what=f"{ckpt_dir} holds step {latest} of a run with a different config; use "
                  "--resume=force to continue anyway, --resume=never to start over, or another "
                  "--run_dir")
@@ -428,10 +428,9 @@ def init_from(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
             raise birdjepa.config.ConfigError(
                 f"init_encoder: no complete checkpoint in {ckpt_dir}")
         saved = ck.read_meta(step).get("config", {})
-        birdjepa.config.identity.check_same(saved, cfg, keys=birdjepa.config.identity.ENCODER_SHAPING,
-                                   ignore=birdjepa.config.identity.ENCODER_FREE,
-                                   what=f"init_encoder: {ckpt_dir} step {step} holds another "
-                                        "model")
+        identity.check_same(saved, cfg, keys=identity.ENCODER_SHAPING,
+                            ignore=identity.ENCODER_FREE,
+                            what=f"init_encoder: {ckpt_dir} step {step} holds another model")
         src_cfg = birdjepa.config.from_dict(birdjepa.config.Config,
                                             birdjepa.config.strip_none(saved))
         like, _ = birdjepa.params.abstract_state(
@@ -447,10 +446,9 @@ def _init_from_files(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
     a = m.audio  # the input the encoder expects: a training config contradicting it is refused
     saved = {"model": dataclasses.asdict(m.encoder.cfg),
              "data": {k: a[k] for k in ("n_frames", "n_mels", "sample_rate", "mean", "std", "pad")}}
-    keys = (*birdjepa.config.identity.ENCODER_SHAPING, "data.sample_rate", "data.mean", "data.std", "data.pad")
-    birdjepa.config.identity.check_same(saved, cfg, keys=keys,
-                               ignore=(*birdjepa.config.identity.ENCODER_FREE, "model.preset"),
-                               what=f"init_encoder: {cfg.init_encoder} holds another model")
+    keys = (*identity.ENCODER_SHAPING, "data.sample_rate", "data.mean", "data.std", "data.pad")
+    identity.check_same(saved, cfg, keys=keys, ignore=(*identity.ENCODER_FREE, "model.preset"),
+                        what=f"init_encoder: {cfg.init_encoder} holds another model")
     arrays = eqx.filter(m.encoder, eqx.is_array)
     if jax.tree.structure(arrays) != jax.tree.structure(state["params"]["encoder"]):
         raise birdjepa.config.ConfigError(
