@@ -19,6 +19,7 @@ import birdjepa.data
 import birdjepa.data.audio
 import birdjepa.model
 import birdjepa.models
+import birdjepa.models.arrays as arrays
 import birdjepa.models.artifact as artifact
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.inference as inference
@@ -162,7 +163,7 @@ def test_our_models_keep_zero_padding_and_their_exports_reproduce(tmp_path):
     cfg = birdjepa.config.architecture.resolve(birdjepa.config.architecture.ModelConfig(
         width=32, depth=1, n_heads=2, n_registers=1, pool="mean"))
     enc = birdjepa.model.ViT(cfg, n_frames=512, n_mels=128, key=jax.random.key(0))
-    assert inference.input_of(enc)["pad"] == "zero"
+    assert inference.as_model(enc).audio["pad"] == "zero"
     wave = song(2.0, 32000)
     x = ref.features(wave, pad="zero")[None].astype(np.float32)
     want = np.asarray(enc(jax.numpy.asarray(x)).pooled_bd)
@@ -171,8 +172,8 @@ def test_our_models_keep_zero_padding_and_their_exports_reproduce(tmp_path):
     # An old export (no pad, window or fbank in config.json).
     d = tmp_path / "export"
     d.mkdir()
-    arrays = {k: np.asarray(v) for k, v in bird_mae.leaf_paths(enc).items()}
-    birdjepa.models.safetensors.save(arrays, d / "encoder.safetensors")
+    named = {k: np.asarray(v) for k, v in arrays.leaf_paths(enc).items()}
+    birdjepa.models.safetensors.save(named, d / "encoder.safetensors")
     meta = {"format": artifact.FORMAT, "version": 1, "model": dataclasses.asdict(cfg),
             "audio": {"sample_rate": 32000, "n_mels": 128, "n_frames": 512, "window_s": 5.0,
                       "mean": -7.2, "std": 4.43}, "head": {"kind": None, "classes": None}}
@@ -195,7 +196,7 @@ def test_our_models_keep_zero_padding_and_their_exports_reproduce(tmp_path):
 
 
 def test_imported_model_carries_the_published_input(model):
-    a = inference.input_of(model)  # a bare ViT of a bird-mae preset, as models.load returns
+    a = inference.as_model(model).audio  # a bare ViT of a bird-mae preset, as models.load returns
     assert (a["pad"], a["window"], a["sample_rate"], a["n_frames"], a["window_s"]) == (
         "min", "start", 32000, 512, 5.0)
     assert (a["mean"], a["std"]) == (ref.MEAN, ref.STD)

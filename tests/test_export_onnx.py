@@ -21,6 +21,7 @@ import tiny
 import birdjepa
 import birdjepa.config.architecture
 import birdjepa.model
+import birdjepa.models.arrays as arrays
 import birdjepa.models.artifact as artifact
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.inference as inference
@@ -164,7 +165,7 @@ def test_bfloat16_model_exports_in_float32(run_dir, tmp_path):
     m = artifact.open_model(run_dir)
     cfg = dataclasses.replace(m.encoder.cfg, compute_dtype="bfloat16")
     skel = birdjepa.model.ViT(cfg, n_frames=32, n_mels=64, key=jax.random.key(0))
-    bf16 = bird_mae.fill(skel, bird_mae.leaf_paths(m.encoder))  # same weights, bf16 compute
+    bf16 = arrays.fill(skel, arrays.leaf_paths(m.encoder))  # same weights, bf16 compute
     out = onnx_export.export(dataclasses.replace(m, encoder=bf16), tmp_path / "onnx")
     onnx = json.loads((out / "config.json").read_text())["onnx"]
     assert "float32" in onnx["exported_dtype_note"]

@@ -27,8 +27,8 @@ import birdjepa.evaluate.config
 import birdjepa.evaluate.runner
 import birdjepa.export
 import birdjepa.models
+import birdjepa.models.arrays as arrays
 import birdjepa.models.artifact
-import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.detect
 import birdjepa.models.embed_cli
 import birdjepa.models.recordings
@@ -80,7 +80,7 @@ def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_pa
         "README.md", "config.json", "encoder.safetensors", "head.safetensors"]
     got, got_cfg = birdjepa.load_encoder(out)
     assert got_cfg == want_cfg and got.cfg == want.cfg
-    a, b = bird_mae.leaf_paths(got), bird_mae.leaf_paths(want)
+    a, b = arrays.leaf_paths(got), arrays.leaf_paths(want)
     assert sorted(a) == sorted(b) and len(a) > 10
     for k in a:
         assert a[k].dtype == b[k].dtype and np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
@@ -224,7 +224,7 @@ def test_init_encoder_from_an_export_directory(run_dir, tmp_path):
     birdjepa.train.loop.main(cfg, loaders=tiny.tiny_loaders(cfg))
     got, _ = birdjepa.models.load_encoder(tmp_path / "new")
     want, _ = birdjepa.load_encoder(out)
-    a, b = bird_mae.leaf_paths(got), bird_mae.leaf_paths(want)
+    a, b = arrays.leaf_paths(got), arrays.leaf_paths(want)
     assert all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in b)
     bad = tiny.finalize(tiny.tiny_config("probe_only", n_steps=1, run_dir=str(tmp_path / "bad"),
                                          init_encoder=str(out), optim=optim))
@@ -240,7 +240,7 @@ def test_evaluate_takes_an_export_directory(run_dir, tmp_path):
     one, two = birdjepa.evaluate.runner.load_encoders(cfg)
     assert (one.name, two.name) == ("run", "my-export") and one.digest != two.digest
     assert two.run_dir == str(out.resolve()) and two.step == -1
-    a, b = bird_mae.leaf_paths(one.model), bird_mae.leaf_paths(two.model)
+    a, b = arrays.leaf_paths(one.model), arrays.leaf_paths(two.model)
     assert all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
 
 

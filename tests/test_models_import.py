@@ -10,6 +10,7 @@ import pytest
 import birdjepa.config.architecture
 import birdjepa.model
 import birdjepa.models
+import birdjepa.models.arrays as arrays
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.inference
 import birdjepa.models.safetensors
@@ -78,7 +79,7 @@ def test_conversion_names_every_missing_unexpected_and_misshapen_key(tmp_path):
     del sd["blocks.1.mlp.fc2.bias"], sd["fc_norm.weight"]
     sd["blocks.0.attn.q_bias"] = np.zeros(64, np.float32)
     sd["blocks.0.attn.proj.weight"] = np.zeros((64, 32), np.float32)
-    with pytest.raises(bird_mae.ConversionError) as e:
+    with pytest.raises(arrays.ConversionError) as e:
         bird_mae.convert(sd, width=64, depth=2, n_heads=4, what="w.safetensors")
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("w.safetensors as bird-mae-base: ")
@@ -87,10 +88,10 @@ def test_conversion_names_every_missing_unexpected_and_misshapen_key(tmp_path):
     assert "blocks.0.attn.proj.weight: expected (64, 64), got (64, 32)" in msg
     # The real sizes are checked too: a small state dict is not a Bird-MAE-Base.
     birdjepa.models.safetensors.save(random_state_dict(64, 2), tmp_path / "small.safetensors")
-    with pytest.raises(bird_mae.ConversionError, match=r"missing keys \['blocks.2.norm1.weight"):
+    with pytest.raises(arrays.ConversionError, match=r"missing keys \['blocks.2.norm1.weight"):
         birdjepa.models.load("bird-mae-base", weights=tmp_path / "small.safetensors")
     (tmp_path / "w.bin").write_bytes(b"PK\x03\x04 a torch zip")
-    with pytest.raises(bird_mae.ConversionError, match="convert it to safetensors first"):
+    with pytest.raises(arrays.ConversionError, match="convert it to safetensors first"):
         birdjepa.models.load("bird-mae-large", weights=tmp_path / "w.bin")
 
 
@@ -147,7 +148,7 @@ def test_a_lightning_checkpoint_is_refused_and_its_encoder_prefix_accepted(tmp_p
     """Bird-SSL's .ckpt (a torch zip) gets the conversion command; the converted file's
     `encoder.`/`decoder.` keys load as the encoder (issue 27 item 7)."""
     (tmp_path / "last.ckpt").write_bytes(b"PK\x03\x04 a lightning checkpoint")
-    with pytest.raises(bird_mae.ConversionError) as e:
+    with pytest.raises(arrays.ConversionError) as e:
         bird_mae.read_state_dict(tmp_path / "last.ckpt")
     msg = str(e.value)
     assert "\n" not in msg and "Lightning .ckpt" in msg and "d.get('state_dict'" in msg

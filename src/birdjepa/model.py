@@ -341,6 +341,11 @@ class ViT(eqx.Module):
     cfg: birdjepa.config.architecture.ModelConfig = eqx.field(static=True)
     grid: tuple[int, int] = eqx.field(static=True)
 
+    @property
+    def input_shape(self) -> tuple[int, int]:
+        """(n_frames, n_mels) of the clips it takes: its patch grid times the patch."""
+        return self.grid[0] * self.cfg.patch[0], self.grid[1] * self.cfg.patch[1]
+
     def __init__(self, cfg: birdjepa.config.architecture.ModelConfig, *, n_frames: int, n_mels: int, key):
         birdjepa.config.architecture.check_resolved(cfg)
         pt, pm = cfg.patch

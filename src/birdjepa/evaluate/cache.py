@@ -41,7 +41,7 @@ CACHE_VERSION = 2
 def windows(enc, cfg: config.EvalConfig, role: str) -> inference.Windows:
     """Training windows (centre crop or sliding) or test windows (one centre window per
     segment) for an encoder's input shape."""
-    audio = enc.audio or inference.load_model(enc.model)[1]  # every input setting from the model
+    audio = enc.audio or inference.as_model(enc.model).audio  # every setting from the model
     if role == "test":
         return inference.Windows.for_model(
             audio, window_s=cfg.window_s, centre=True, segment=cfg.segment,

@@ -40,7 +40,6 @@ import birdjepa.evaluate.report as report
 import birdjepa.evaluate.results as results
 import birdjepa.models
 import birdjepa.models.artifact
-import birdjepa.models.inference as inference
 import birdjepa.params
 import birdjepa.runtime.integrity
 import birdjepa.runtime.rundir
@@ -67,7 +66,7 @@ class Encoder:
     "export (<head kind>)", "imported" or "precomputed embeddings"."""
     audio: dict | None = None
     """The model's input settings (birdjepa.models.artifact.INPUT_KEYS); None: those of the
-    bare ViT (birdjepa.models.inference.input_of)."""
+    bare ViT (birdjepa.models.inference.as_model)."""
 
 
 def _sha256(data: bytes) -> str:
@@ -180,7 +179,7 @@ def check_encoder(enc: Encoder) -> None:
     """The encoder runs on one abstract (1, n_frames, n_mels) batch (no compute) and gives a
     (1, d) pooled embedding and (1, patches, d) tokens; a ConfigError line otherwise."""
     try:
-        _, n_frames, n_mels = inference.load(enc.model)
+        n_frames, n_mels = enc.model.input_shape
         x = jax.ShapeDtypeStruct((1, n_frames, n_mels), jnp.float32)
         out = eqx.filter_eval_shape(enc.model, x)
         pooled, patches = tuple(out.pooled_bd.shape), tuple(out.patches_bnd.shape)

@@ -9,11 +9,12 @@ import os
 
 import birdjepa.config
 import birdjepa.model
+import birdjepa.models.arrays as arrays
 import birdjepa.models.artifact as artifact
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.runtime.rundir
 
-ConversionError = bird_mae.ConversionError
+ConversionError = arrays.ConversionError
 Model = artifact.Model
 load_export = artifact.load_export
 open_model = artifact.open_model

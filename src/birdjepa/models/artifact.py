@@ -39,6 +39,7 @@ import birdjepa.data.config
 import birdjepa.data.ipc
 import birdjepa.data.table
 import birdjepa.model
+import birdjepa.models.arrays as arrays
 import birdjepa.models.bird_mae as bird_mae
 import birdjepa.models.card as card
 import birdjepa.models.onnx_export as onnx_export
@@ -256,7 +257,7 @@ def _unsound(m: Model) -> str:
     if m.info.get("summary") is None:
         return "it is not marked COMPLETE (training did not finish, or its model was unsound)"
     for what, tree in (("encoder", m.encoder), ("head", m.head)):
-        for path, x in bird_mae.leaf_paths(tree).items() if tree is not None else ():
+        for path, x in arrays.leaf_paths(tree).items() if tree is not None else ():
             if not np.isfinite(np.asarray(x)).all():
                 return f"its {what} has non-finite values ({path})"
     return ""
@@ -291,9 +292,9 @@ def export(run_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
             **m.info}
     with contextlib.ExitStack() as files:  # every file written before any is renamed in
         tmp = {n: files.enter_context(outputs.replacing(out / n)) for n in FILES}
-        safetensors.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.encoder).items()},
+        safetensors.save({k: np.asarray(v) for k, v in arrays.leaf_paths(m.encoder).items()},
                 tmp["encoder.safetensors"], {"format": FORMAT})
-        safetensors.save({k: np.asarray(v) for k, v in bird_mae.leaf_paths(m.head).items()},
+        safetensors.save({k: np.asarray(v) for k, v in arrays.leaf_paths(m.head).items()},
                 tmp["head.safetensors"], {"format": FORMAT, "kind": m.head_kind})
         tmp["config.json"].write_text(json.dumps(meta, indent=1, default=str) + "\n")
         tmp["README.md"].write_text(card.render(meta, run_dir))
@@ -326,22 +327,22 @@ def load_export(out_dir: str | os.PathLike) -> Model:
     a = input_settings(meta["audio"], str(out / "config.json"))
     skel = eqx.filter_eval_shape(lambda: birdjepa.model.ViT(
         mcfg, n_frames=a["n_frames"], n_mels=a["n_mels"], key=jax.random.key(0)))
-    arrays = safetensors.load(out / "encoder.safetensors")[0]
-    safetensors.check_weights(arrays, str(out / "encoder.safetensors"))
-    enc = bird_mae.fill(skel, arrays)
+    named = safetensors.load(out / "encoder.safetensors")[0]
+    safetensors.check_weights(named, str(out / "encoder.safetensors"))
+    enc = arrays.fill(skel, named)
     head, kind, classes = None, meta["head"]["kind"], meta["head"]["classes"]
     check_head(meta["head"], None, str(out / "config.json"))
     if kind and (out / "head.safetensors").is_file():
-        arrays = safetensors.load(out / "head.safetensors")[0]
-        safetensors.check_weights(arrays, str(out / "head.safetensors"))
-        bias = [a for name, a in arrays.items() if name == "b" or name.endswith(".b")]
+        named = safetensors.load(out / "head.safetensors")[0]
+        safetensors.check_weights(named, str(out / "head.safetensors"))
+        bias = [a for name, a in named.items() if name == "b" or name.endswith(".b")]
         check_head(meta["head"], bias[0].shape[-1] if len(bias) == 1 else None,
                    str(out / "config.json"))
         n = len(classes)
         make = (lambda: birdjepa.model.Linear(mcfg.width, n, key=jax.random.key(0))) \
             if kind == "supervised" else \
             (lambda: birdjepa.objectives.probe.init(mcfg.width, n, key=jax.random.key(0)))
-        head = bird_mae.fill(eqx.filter_eval_shape(make), arrays)
+        head = arrays.fill(eqx.filter_eval_shape(make), named)
     info = {k: meta.get(k) for k in ("config", "step", "checkpoint_digest", "summary", "forced")}
     thr = thresholds.beside(out, classes) if classes else None  # calibrated on the export
     if thr is None and meta["head"].get("thresholds") is not None:  # its run's, exported

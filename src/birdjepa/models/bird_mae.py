@@ -35,12 +35,12 @@ import pathlib
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import birdjepa.config.architecture
 import birdjepa.data
 import birdjepa.model
+import birdjepa.models.arrays as arrays
 import birdjepa.models.safetensors as safetensors
 
 PRESETS = {"bird-mae-base": "bird-mae-base", "bird-mae-large": "bird-mae-large",
@@ -57,11 +57,6 @@ PREFIXES = ("model.", "encoder.")
 """Leading key prefixes dropped (in this order) when every key has them: "model." (Hugging
 Face), "encoder." (Bird-SSL's Lightning checkpoints, once converted to safetensors)."""
 SINCOS_ATOL = 1e-5
-
-
-class ConversionError(ValueError):
-    """A checkpoint that does not convert; the message lists every missing and unexpected key
-    and every shape mismatch."""
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -82,7 +77,7 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except safetensors.FormatError:
         if magic != b"PK" and not (magic[:1] == b"\x80" and magic[1:] in b"\x02\x03\x04\x05"):
             raise
-    raise ConversionError(
+    raise arrays.ConversionError(
         f"{path}: a PyTorch pickle checkpoint (.bin/.pt, or a Lightning .ckpt); convert it to "
         "safetensors first, where torch is installed: python -c \"import torch, "
         f"safetensors.torch as s; d = torch.load('{path}', map_location='cpu', "
@@ -122,7 +117,7 @@ def check(sd: dict[str, np.ndarray], cfg, n_patches: int, what: str) -> dict[str
         parts = [f"missing keys {missing}" if missing else "",
                  f"unexpected keys {unexpected}" if unexpected else "",
                  f"shape mismatches [{'; '.join(shapes)}]" if shapes else ""]
-        raise ConversionError(f"{what}: " + "; ".join(p for p in parts if p))
+        raise arrays.ConversionError(f"{what}: " + "; ".join(p for p in parts if p))
     return sd
 
 
@@ -169,33 +164,7 @@ def convert(sd: dict[str, np.ndarray], preset: str = "bird-mae-base", *, n_frame
     }
     if not sincos:
         values["pos_embed"] = table
-    return fill(skel, values)
-
-
-def fill(skel, values: dict[str, np.ndarray]):
-    """`skel` (arrays or ShapeDtypeStructs) with each leaf at dotted path replaced by its value;
-    every leaf must be given, with the leaf's shape."""
-    paths = leaf_paths(skel)
-    missing = sorted(set(paths) - set(values))
-    extra = sorted(set(values) - set(paths))
-    bad = [f"{k}: expected {tuple(paths[k].shape)}, got {np.shape(v)}"
-           for k, v in values.items() if k in paths and tuple(paths[k].shape) != np.shape(v)]
-    if missing or extra or bad:
-        raise ConversionError(f"encoder arrays: missing {missing}, unexpected {extra}, "
-                              f"shape mismatches {bad}")
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(skel)
-    return jax.tree_util.tree_unflatten(
-        treedef, [jnp.asarray(values[path_name(p)], dtype=leaf.dtype) for p, leaf in leaves])
-
-
-def path_name(path) -> str:
-    return ".".join(str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", k))))
-                    for k in path)
-
-
-def leaf_paths(tree) -> dict:
-    """{dotted path: leaf} of a Module's arrays (e.g. "blocks.wq.w")."""
-    return {path_name(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return arrays.fill(skel, values)
 
 
 def load(preset: str, weights: str | os.PathLike) -> birdjepa.model.ViT:

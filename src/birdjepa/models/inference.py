@@ -3,7 +3,7 @@
 Per window: decode (seeking where the container allows), resample to `sample_rate` with the
 model's `resampler`, Kaldi log-mel (`birdjepa.data.audio.clip`, the loader's Rust code),
 normalise and pad or cut to the encoder's `n_frames`: what `birdjepa.data.Loader` feeds it.
-Every input setting comes from the model (`input_of`), never from a default. `centre=True`
+Every input setting comes from the model (`as_model`), never from a default. `centre=True`
 takes the loader's eval crop (tests/test_embed.py checks equality with the loader); otherwise
 windows of `window_s` every `hop_s` (default `window_s`) until the end, the last one
 zero-padded. A raw `(wave, sample_rate)` array is resampled whole, then cut.
@@ -92,7 +92,7 @@ class Windows:
 
     @classmethod
     def for_model(cls, audio: dict, *, window_s: float | None = None, **kw) -> "Windows":
-        """Windows feeding a model whose input settings are `audio` (input_of): every setting
+        """Windows feeding a model whose input settings are `audio` (as_model): every setting
         from the model; `window_s` None is the model's clip (a window's frames beyond the
         model's n_frames are cut, shorter ones padded; data.audio.check_window refuses others)."""
         clip = birdjepa.data.audio.check_window(window_s, audio["window_s"])
@@ -102,38 +102,24 @@ class Windows:
                    std=audio["std"], pad=audio["pad"], resampler=audio["resampler"], **kw)
 
 
-def input_of(model) -> dict:
-    """The input settings (birdjepa.models.artifact.INPUT_KEYS) of a birdjepa.models.Model (its
-    own), or of a bare ViT: Bird-MAE's published input for a bird-mae-* preset (what
-    `birdjepa.models.load` returns), else the loader's defaults (birdjepa.data.LoaderConfig)."""
-    if isinstance(model, birdjepa.models.Model):
-        return model.audio
-    if str(model.cfg.preset).startswith("bird-mae"):
-        return birdjepa.models.artifact.input_settings(birdjepa.models.bird_mae.AUDIO, "model")
-    d = birdjepa.data.LoaderConfig()
-    return birdjepa.models.artifact.input_settings(dict(
-        sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames, window_s=d.clip_s,
-        mean=d.mean, std=d.std, pad=d.pad, resampler=birdjepa.data.config.DEFAULT_RESAMPLER), "model")
-
-
-def load(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, int, int]:
-    """(encoder, n_frames, n_mels) from a ViT, a birdjepa.models.Model, a run directory, an
-    export directory or an imported model spec ("bird-mae-base:PATH")."""
-    enc, _ = load_model(encoder_or_run_dir, step=step)
-    (pt, pm), (gt, gm) = enc.cfg.patch, enc.grid
-    return enc, pt * gt, pm * gm
-
-
-def load_model(encoder_or_run_dir, *, step: int | None = None) -> tuple[birdjepa.model.ViT, dict]:
-    """(encoder, its input settings: `input_of`) from what `load` takes; a path goes through
-    birdjepa.models.open_model, the one reading of a model spec."""
-    x = encoder_or_run_dir
+def as_model(x, *, step: int | None = None) -> birdjepa.models.Model:
+    """What embedding takes as a model, as a birdjepa.models.Model: a path (a run, an export
+    directory, "bird-mae-base:WEIGHTS") through birdjepa.models.open_model, the one reading of
+    a model spec; a Model as it is; a bare ViT with its input settings: Bird-MAE's published
+    input for a bird-mae-* preset (what `birdjepa.models.load` returns), else those of a run
+    on the loader's defaults."""
     if isinstance(x, str | os.PathLike):
-        x = birdjepa.models.open_model(x, step=step)
-    elif not isinstance(x, birdjepa.model.ViT | birdjepa.models.Model):
+        return birdjepa.models.open_model(x, step=step)
+    if isinstance(x, birdjepa.models.Model):
+        return x
+    if not isinstance(x, birdjepa.model.ViT):
         raise TypeError("expected a birdjepa.model.ViT, a birdjepa.models.Model, a run or "
                         f"export directory, got {type(x).__name__}")
-    return (x.encoder if isinstance(x, birdjepa.models.Model) else x), input_of(x)
+    if str(x.cfg.preset).startswith("bird-mae"):
+        audio = birdjepa.models.artifact.input_settings(birdjepa.models.bird_mae.AUDIO, "model")
+    else:
+        audio = birdjepa.models.artifact.run_input(birdjepa.data.LoaderConfig(), "model")
+    return birdjepa.models.Model(x, audio, source=x.cfg.preset or "")
 
 
 # -- sources ----------------------------------------------------------------------------------
@@ -501,7 +487,7 @@ def embeddings(encoder_or_run_dir, source, *, window_s: float | None = None,
     `segment_columns` (e.g. BirdSet's event-level test split), cut exactly there. Path-only
     audio of a table moved since it was written: `path_map` {stored prefix: local prefix} and
     `audio_root` (relative paths), as the loader takes them (birdjepa.data.paths).
-    `window_s` None is the model's clip (its input settings, `input_of`: sample rate, fbank,
+    `window_s` None is the model's clip (its input settings, `as_model`: sample rate, fbank,
     frames, padding and normalisation all come from the model). For a model with fc_norm
     (Bird-MAE) "patches" are the last block's tokens un-normed (Hugging Face's
     hidden_states[-1]); for ours, final-normed.
@@ -513,7 +499,8 @@ def embeddings(encoder_or_run_dir, source, *, window_s: float | None = None,
     d) float32 per vector pool and "patches" (windows, patches, d). With `out`, also writes
     them to `out` (.npz; .arrow: an Arrow IPC file, one row per window, arrays flattened).
     """
-    enc, audio = load_model(encoder_or_run_dir, step=step)
+    m = as_model(encoder_or_run_dir, step=step)
+    enc, audio = m.encoder, m.audio
     pools = (pool,) if isinstance(pool, str) else tuple(pool or (enc.cfg.pool,))
     w = Windows.for_model(audio, window_s=window_s, hop_s=hop_s, centre=centre,
                           segment=segment, segment_columns=tuple(segment_columns))
