@@ -35,7 +35,7 @@ import birdjepa.model
 import birdjepa.optim
 import birdjepa.runtime.compiles
 import birdjepa.train.flops
-import birdjepa.train.run
+import birdjepa.train.loaders
 import birdjepa.train.state
 import birdjepa.train.step
 
@@ -50,7 +50,7 @@ def make_loader(cfg: birdjepa.config.Config, data: str | None):
     if data:
         cfg = dataclasses.replace(
             cfg, data=dataclasses.replace(cfg.data, train_shards=data, eval_shards=data))
-    train, evals = birdjepa.train.run.make_loaders(cfg)
+    train, evals = birdjepa.train.loaders.make_loaders(cfg)
     evals.close()
     return train
 

@@ -12,7 +12,7 @@ import birdjepa
 import birdjepa.config
 import birdjepa.data
 import birdjepa.launch as launch
-import birdjepa.train.run
+import birdjepa.train.loaders
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,11 +83,11 @@ def test_make_loaders_refuses_labels_past_n_classes(tmp_path):
     with pytest.raises(birdjepa.config.ConfigError,
                        match=r"data\.train_shards: n_classes=5: expected labels in \[0, 5\), got 9 "
                              r"at .*shard-000\.arrow row 9"):
-        birdjepa.train.run.make_loaders(_cfg(tmp_path / "tr", tmp_path / "ev", 5))
+        birdjepa.train.loaders.make_loaders(_cfg(tmp_path / "tr", tmp_path / "ev", 5))
     with pytest.raises(birdjepa.config.ConfigError,
                        match=r"data\.eval_shards: n_classes=12: .*got 12 at .*e\.arrow row 2"):
-        birdjepa.train.run.make_loaders(_cfg(tmp_path / "tr", tmp_path / "ev", 12))
-    train, evals = birdjepa.train.run.make_loaders(_cfg(tmp_path / "tr", tmp_path / "ev", 13))
+        birdjepa.train.loaders.make_loaders(_cfg(tmp_path / "tr", tmp_path / "ev", 12))
+    train, evals = birdjepa.train.loaders.make_loaders(_cfg(tmp_path / "tr", tmp_path / "ev", 13))
     train.close()
     evals.close()
 

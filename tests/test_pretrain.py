@@ -19,8 +19,8 @@ import tiny
 import birdjepa.config as config
 import birdjepa.config.identity as identity
 import birdjepa.train.flops
+import birdjepa.train.loaders
 import birdjepa.train.loop
-import birdjepa.train.run
 import birdjepa.train.state
 import birdjepa.train.step
 
@@ -139,14 +139,14 @@ def test_make_loaders_fails_fast_without_data_paths(tmp_path):
     with pytest.raises(config.ConfigError,
                        match="data.train_shards: expected a directory, file or glob of Arrow "
                              "shards, got None"):
-        birdjepa.train.run.make_loaders(cfg)
+        birdjepa.train.loaders.make_loaders(cfg)
     missing = dataclasses.replace(
         cfg, data=dataclasses.replace(cfg.data, train_shards=str(tmp_path / "nope"),
                                       eval_shards=str(tmp_path)))
     with pytest.raises(config.ConfigError,
                        match="data.train_shards: expected an existing path, .*nope', which does "
                              "not exist"):
-        birdjepa.train.run.make_loaders(missing)
+        birdjepa.train.loaders.make_loaders(missing)
 
 
 def test_finalize_checks():

@@ -13,6 +13,7 @@ import pytest
 import tiny
 
 import birdjepa.config as config
+import birdjepa.config.command_line
 import birdjepa.runtime.rundir as rundir
 import birdjepa.train.loop
 import birdjepa.train.run
@@ -82,7 +83,7 @@ def _train_cli(monkeypatch, cfg, loaders=tiny.tiny_loaders) -> tuple[int, str, s
     import birdjepa.runtime.preemption
     import birdjepa.train.cli
 
-    monkeypatch.setattr(config, "cli", lambda argv, prog: cfg)
+    monkeypatch.setattr(birdjepa.config.command_line, "cli", lambda argv, prog: cfg)
     monkeypatch.setattr(birdjepa.runtime.preemption.Preemption, "install",
                         lambda self, sig, **kw: None)  # pytest's own handlers stay
     monkeypatch.setattr(birdjepa.train.loop, "main", functools.partial(

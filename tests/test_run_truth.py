@@ -23,7 +23,7 @@ import tiny
 import birdjepa
 import birdjepa.config as config
 import birdjepa.train.loop
-import birdjepa.train.run
+import birdjepa.train.soundness
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def test_a_diverged_run_is_not_complete(tmp_path):
     base = tiny.tiny_config(n_steps=3, run_dir=str(tmp_path / "r"))
     cfg = dataclasses.replace(base, optim=dataclasses.replace(base.optim, lr=1e30, warmup=0,
                                                               clip=0.0))
-    with pytest.raises(birdjepa.train.run.UnsoundRunError, match="not marked complete: "):
+    with pytest.raises(birdjepa.train.soundness.UnsoundRunError, match="not marked complete: "):
         birdjepa.train.loop.main(cfg, loaders=tiny.tiny_loaders)
     assert not (tmp_path / "r/COMPLETE").exists()
 
@@ -99,7 +99,7 @@ def test_a_run_ending_on_skipped_updates_is_not_complete_and_names_the_last_fini
         train, evals = tiny.tiny_loaders(c, train_state=train_state)
         return tiny.NaNFrom(train, 2), evals
 
-    with pytest.raises(birdjepa.train.run.UnsoundRunError,
+    with pytest.raises(birdjepa.train.soundness.UnsoundRunError,
                        match=r"the last 2 update\(s\) up to step 4 were non-finite and skipped "
                              r"\(last finite loss: [0-9.]+ at step 2\)"):
         birdjepa.train.loop.main(cfg, loaders=loaders)

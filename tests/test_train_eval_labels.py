@@ -15,7 +15,7 @@ import birdjepa.data.loader
 import birdjepa.data.table as table
 import birdjepa.demo_data
 import birdjepa.evaluate.runner as runner
-import birdjepa.train.run
+import birdjepa.train.loaders
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +45,13 @@ def _cfg(shards, **data):
 
 def test_eval_shards_without_labels_is_one_line_naming_the_right_column(shards):
     with pytest.raises(birdjepa.config.ConfigError) as e:
-        birdjepa.train.run.make_loaders(_cfg(shards))
+        birdjepa.train.loaders.make_loaders(_cfg(shards))
     msg = str(e.value)
     assert "\n" not in msg
     assert msg.startswith("data.eval_shards: expected labels in column 'label', got none (8 "
                           "rows, every one null); labels are in ['label2', 'label_multi']: "
                           "set data.eval_label_column = 'label2'"), msg
-    train, evals = birdjepa.train.run.make_loaders(_cfg(shards, eval_label_column="label2"))
+    train, evals = birdjepa.train.loaders.make_loaders(_cfg(shards, eval_label_column="label2"))
     with train, evals:
         assert evals.label_range["max"] is not None and evals.config["label_column"] == "label2"
         assert train.config["label_column"] == "label"
@@ -61,7 +61,7 @@ def test_n_classes_against_class_names_names_n_classes(shards):
     with pytest.raises(birdjepa.BadArgumentError) as caught:  # the loader's own check
         birdjepa.data.loader.class_count(12, ["a", "b", "c", "d", "e"], "label")
     e = caught.value
-    line = birdjepa.train.run.data_error_line(_cfg(shards).data, e)
+    line = birdjepa.train.loaders.data_error_line(_cfg(shards).data, e)
     assert line.startswith("n_classes: expected 5 (the ClassLabel names of column 'label'), "
                            "got 12"), line  # not "data.label_column: ..."
 

@@ -17,7 +17,7 @@ import numpy as np
 import birdjepa.launch.job
 import birdjepa.runtime.preemption
 import birdjepa.train.cli
-import birdjepa.train.run
+import birdjepa.train.loaders
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -242,7 +242,7 @@ class HoldUntilPreempted(birdjepa.launch.job.TrainingJob):
                 super().__init__()
                 flags.append(self)
 
-        make_loaders = birdjepa.train.run.make_loaders
+        make_loaders = birdjepa.train.loaders.make_loaders
 
         def held(cfg, *, train_state=None):
             train, evals = make_loaders(cfg, train_state=train_state)
@@ -250,12 +250,12 @@ class HoldUntilPreempted(birdjepa.launch.job.TrainingJob):
             return HeldTrainLoader(train, flags[-1], self.hold_at), evals
 
         birdjepa.runtime.preemption.Preemption = Recorded
-        birdjepa.train.run.make_loaders = held
+        birdjepa.train.loaders.make_loaders = held
         try:
             return super().__call__()
         finally:
             birdjepa.runtime.preemption.Preemption = original
-            birdjepa.train.run.make_loaders = make_loaders
+            birdjepa.train.loaders.make_loaders = make_loaders
 
     def checkpoint(self, *args, **kwargs):
         import submitit.helpers

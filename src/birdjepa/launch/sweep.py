@@ -271,7 +271,7 @@ def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
 
 def _trial(cfg: birdjepa.config.Config, paths: list[str], mode: str, n_classes: int) -> dict:
     """birdjepa.data.loader.trial with the settings the run's `mode` loader gets
-    (birdjepa.train.run.make_loaders)."""
+    (birdjepa.train.loaders.make_loaders)."""
     d = cfg.data
     if mode == "train":
         return birdjepa.data.loader.trial(paths, config=d, mode=mode, batch_size=cfg.batch_size,

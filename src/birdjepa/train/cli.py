@@ -28,7 +28,7 @@ import birdjepa.runtime.save_failure
 import birdjepa.runtime.slurm_env
 import birdjepa.train.feed
 import birdjepa.train.loop
-import birdjepa.train.run
+import birdjepa.train.soundness
 import birdjepa.train.step
 
 EXIT_USAGE = birdjepa.common.cli_args.EXIT_USAGE
@@ -37,7 +37,7 @@ EXIT_PREEMPTED = 75
 """Exit status of a run stopped by a signal after saving its checkpoint (EX_TEMPFAIL)."""
 EXIT_INTERRUPTED = birdjepa.runtime.preemption.EXIT_INTERRUPTED
 
-FAILURES = (birdjepa.train.loop.EvaluationError, birdjepa.train.run.UnsoundRunError,
+FAILURES = (birdjepa.train.loop.EvaluationError, birdjepa.train.soundness.UnsoundRunError,
             birdjepa.train.step.NonFiniteError, birdjepa.runtime.checkpoint.CorruptCheckpointError,
             birdjepa.runtime.save_failure.CheckpointWriteError, birdjepa.train.feed.EmptyBatchError,
             errors.TooManyFailuresError, birdjepa.runtime.slurm_env.SlurmEnvError)

@@ -21,13 +21,8 @@ import subprocess
 import time
 import tomllib
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
-import numpy as np
-import pyarrow as pa
 
-import birdjepa.common.errors as errors
 import birdjepa.config
 import birdjepa.config.identity as identity
 import birdjepa.data
@@ -39,7 +34,10 @@ import birdjepa.runtime.checkpoint
 import birdjepa.runtime.compiles
 import birdjepa.runtime.distributed
 import birdjepa.runtime.rundir
+import birdjepa.train.init_encoder
+import birdjepa.train.loaders
 import birdjepa.train.log
+import birdjepa.train.soundness
 import birdjepa.train.state
 import birdjepa.train.step
 
@@ -163,11 +161,11 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
         if is_main:
             print(f"resumed from step {resume_step} ({time.perf_counter() - t0:.2f} s)", flush=True)
     elif cfg.init_encoder:
-        state = init_from(cfg, state, mesh)
+        state = birdjepa.train.init_encoder.init_from(cfg, state, mesh)
     owns = loaders is None or callable(loaders)
-    train, evals = _open_loaders(cfg, loaders, train_state)
+    train, evals = birdjepa.train.loaders.open_loaders(cfg, loaders, train_state)
     if owns:
-        check_against_labels(cfg, train, evals)
+        birdjepa.train.loaders.check_against_labels(cfg, train, evals)
     if is_main:  # a start that failed before here left the run directory as it was
         birdjepa.runtime.rundir.clear_complete(run_dir)  # n_steps was extended: train on
         birdjepa.runtime.rundir.keep_run_id(run_dir, cfg.run_id)
@@ -187,21 +185,6 @@ def _model_changed(cfg, ckpt, e: Exception) -> str:
     diff = "; ".join(f"model.{k}: checkpoint has {saved[k]!r}, config has {now[k]!r}"
                      for k in sorted(set(saved) & set(now)) if saved[k] != now[k])
     return f"model: {e}; {diff or 'the model'} (--resume=force keeps its shape){RESTART_HINT}"
-
-
-def check_against_labels(cfg: birdjepa.config.Config, train, evals) -> None:
-    """What the config asks of the label column, once the loader has read it (closing both
-    loaders and raising ConfigError before the run writes anything): mixup mixes multi-hot
-    targets, so it needs a list<int> column."""
-    sup = cfg.objective.supervised
-    if cfg.objective.name == "supervised" and sup.mix and not getattr(train, "multilabel", True):
-        for loader in (train, evals):
-            if hasattr(loader, "close"):
-                loader.close()
-        raise birdjepa.config.ConfigError(
-            f"objective.supervised.mix: expected 0 with a single-label column (class ids), or a "
-            f"list<int> label column (multi-hot sigmoid targets), got {sup.mix} with column "
-            f"{cfg.data.label_column!r} of data.train_shards")
 
 
 def lr_cap(cfg: birdjepa.config.Config, saved_meta: dict, step: int, is_main: bool) -> float:
@@ -303,161 +286,6 @@ def _check_resume(cfg, saved: dict, ckpt_dir: pathlib.Path, latest: int) -> None
             f"got {cfg.n_steps}")
 
 
-def make_loaders(cfg: birdjepa.config.Config, *, train_state: dict | None = None):
-    """(train, eval) birdjepa.data.Loader over the configured shards; fails fast on missing
-    paths. `train_state` (a train loader's state_dict()) resumes the train stream."""
-    birdjepa.config.check_data_paths(cfg)
-    d = cfg.data  # a birdjepa.data.LoaderConfig: passed through as it is
-    # batch_size is global: with several processes each gets its batch_size // process_count.
-    # Host features cross to a bfloat16 model as bfloat16 (half the bytes; the encoder rounds
-    # its input to bfloat16 either way, train.step.features widens them back for the losses).
-    run = dict(seed=cfg.seed, process_index=jax.process_index(),
-               process_count=jax.process_count(), n_classes=cfg.n_classes,
-               batch_dtype=birdjepa.train.state.batch_dtype(cfg))
-    train = birdjepa.data.Loader(d.train_shards, config=d, mode="train",
-                                 batch_size=cfg.batch_size, state=train_state, **run)
-    ecfg = d.for_eval()
-    if d.eval_label_column:
-        ecfg = dataclasses.replace(ecfg, label_column=d.eval_label_column)
-    evals = birdjepa.data.Loader(d.eval_shards, config=ecfg, mode="eval",
-                                 batch_size=d.eval_batch_size or cfg.batch_size, **run)
-    for key, loader in (("train_shards", train), ("eval_shards", evals)):
-        problem = birdjepa.data.label_problem(loader.label_range, cfg.n_classes) or (
-            no_labels(d.eval_shards, ecfg.label_column, loader.label_range)
-            if key == "eval_shards" else None)
-        if problem:
-            train.close()
-            evals.close()
-            raise birdjepa.config.ConfigError(f"data.{key}: {problem}")
-    return train, evals
-
-
-def _open_loaders(cfg: birdjepa.config.Config, loaders, train_state: dict | None):
-    """(train, eval) loaders, the train stream resumed from `train_state`.
-
-    With resume="force" and a config that changed the stream (seed, batch size, shards...), the
-    saved position does not fit the new stream: the new stream is entered at the same step.
-    """
-    if loaders is not None and not callable(loaders):
-        if train_state is not None:
-            raise ValueError("resuming needs `loaders` as a callable (cfg, train_state=...)")
-        return loaders
-    build = _data_errors_are_config_errors(make_loaders if loaders is None else loaders)
-    try:
-        return build(cfg, train_state=train_state)
-    except errors.StateMismatchError as e:
-        if cfg.resume != "force":
-            raise
-        print(f"resume=force: {e}; entering the new stream at step {train_state['step']}",
-              flush=True)
-    train, evals = build(cfg, train_state=None)
-    moved = {**train.state_dict(), "step": int(train_state["step"])}
-    train.close()
-    evals.close()
-    return build(cfg, train_state=moved)
-
-
-def _data_errors_are_config_errors(build):
-    """`build` with the shards' open errors (a missing column, a file that is not Arrow, no
-    shards) as ConfigError naming the key: one line at start-up, exit status 2."""
-    def wrapped(cfg, *, train_state=None):
-        try:
-            return build(cfg, train_state=train_state)
-        except (errors.BadArgumentError, errors.DatasetError) as e:
-            if isinstance(e, errors.StateMismatchError):
-                raise
-            raise birdjepa.config.ConfigError(data_error_line(cfg.data, e)) from None
-
-    return wrapped
-
-
-def no_labels(shards, column: str | None, label_range: dict | None) -> str | None:
-    """Why an eval split with a label column but no label in it would evaluate nothing (the
-    columns that do hold labels named), or None."""
-    if not column or label_range is None or label_range["max"] is not None:
-        return None
-    table = birdjepa.data.table
-    t = table.read(shards, [c for c in table.column_names(shards) if c != column])
-    def labels_like(c: str) -> bool:  # ClassLabel names, or named like a label column
-        typ = t.column(c).type
-        ints = pa.types.is_integer(typ) or (pa.types.is_list(typ) and
-                                            pa.types.is_integer(typ.value_type))
-        return ints and t.column(c).null_count < t.num_rows and (
-            column in c or "label" in c.lower() or bool(table.class_names(shards, c)))
-
-    alts = [c for c in t.column_names if labels_like(c)]
-    fix = (f"labels are in {alts}: set data.eval_label_column = {alts[0]!r}" if alts else
-           "no other integer column holds labels")
-    return (f"expected labels in column {column!r}, got none ({label_range.get('nulls')} rows, "
-            f"every one null); {fix}")
-
-
-def data_error_line(d, e: Exception) -> str:
-    """One line naming the data key an open error is about, the expected and actual value."""
-    msg = " ".join(str(e).split())
-    if "bad argument n_classes" in msg:
-        return f"n_classes: {msg.split('bad argument n_classes: ', 1)[-1]}"
-    for key, what in (("audio_column", "a column of the shards"),
-                      ("label_column", "a column of the shards")):
-        if f"column {getattr(d, key)!r}" in msg:
-            return f"data.{key}: expected {what}, got {getattr(d, key)!r} ({msg})"
-    key = "eval_shards" if d.eval_shards and d.eval_shards in msg and not (
-        d.train_shards and d.train_shards in msg) else "train_shards"
-    return f"data.{key}: expected readable Arrow shards, got {getattr(d, key)!r} ({msg})"
-
-
-def init_from(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
-    """`state` with its encoder replaced by the encoder in the latest checkpoint of the run
-    `cfg.init_encoder` (optimiser state, heads and probe stay freshly initialised), or by the
-    encoder of an export directory or an imported model ("bird-mae-base:WEIGHTS")."""
-    try:  # a run's checkpoints/ directory is no MODEL, but init_encoder takes it too
-        kind = birdjepa.models.artifact.parse_spec(cfg.init_encoder).kind
-    except FileNotFoundError:
-        kind = "run"
-    if kind != "run":
-        return _init_from_files(cfg, state, mesh)
-    src = pathlib.Path(cfg.init_encoder)
-    ckpt_dir = birdjepa.runtime.rundir.find_checkpoints(src)
-    if not ckpt_dir.is_dir():
-        raise birdjepa.config.ConfigError(
-            f"init_encoder: expected a run directory or its checkpoints/ directory, "
-            f"got {str(src)!r}, which does not exist")
-    with birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=1, keep=1, read_only=True) as ck:
-        step = ck.latest_step()  # the newest intact step (read-only: nothing is moved)
-        if step is None:
-            raise birdjepa.config.ConfigError(
-                f"init_encoder: no complete checkpoint in {ckpt_dir}")
-        saved = ck.read_meta(step).get("config", {})
-        identity.check_same(saved, cfg, keys=identity.ENCODER_SHAPING,
-                            ignore=identity.ENCODER_FREE,
-                            what=f"init_encoder: {ckpt_dir} step {step} holds another model")
-        src_cfg = birdjepa.config.from_dict(birdjepa.config.Config,
-                                            birdjepa.config.strip_none(saved))
-        like, _ = birdjepa.params.abstract_state(
-            src_cfg, sharding=birdjepa.train.state.replicated(mesh))
-        encoder = ck.restore(like, step=step).state["params"]["encoder"]
-    print(f"encoder initialised from {ckpt_dir} step {step}", flush=True)
-    return {**state, "params": {**state["params"], "encoder": encoder}}
-
-
-def _init_from_files(cfg: birdjepa.config.Config, state: dict, mesh) -> dict:
-    """`init_from` for an export or imported model: the architecture check, then its arrays."""
-    m = birdjepa.models.open_model(cfg.init_encoder)
-    a = m.audio  # the input the encoder expects: a training config contradicting it is refused
-    saved = {"model": dataclasses.asdict(m.encoder.cfg),
-             "data": {k: a[k] for k in ("n_frames", "n_mels", "sample_rate", "mean", "std", "pad")}}
-    keys = (*identity.ENCODER_SHAPING, "data.sample_rate", "data.mean", "data.std", "data.pad")
-    identity.check_same(saved, cfg, keys=keys, ignore=(*identity.ENCODER_FREE, "model.preset"),
-                        what=f"init_encoder: {cfg.init_encoder} holds another model")
-    arrays = eqx.filter(m.encoder, eqx.is_array)
-    if jax.tree.structure(arrays) != jax.tree.structure(state["params"]["encoder"]):
-        raise birdjepa.config.ConfigError(
-            f"init_encoder: {cfg.init_encoder}: its arrays do not match this run's encoder")
-    arrays = jax.device_put(arrays, birdjepa.train.state.replicated(mesh))
-    print(f"encoder initialised from {cfg.init_encoder}", flush=True)
-    return {**state, "params": {**state["params"], "encoder": arrays}}
-
-
 def code_version() -> str:
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
@@ -467,52 +295,14 @@ def code_version() -> str:
         return "unknown"
 
 
-class UnsoundRunError(RuntimeError):
-    """Training ended but the result is not a usable model: not marked COMPLETE."""
-
-
-PROBE_BATCH = 2
-"""Clips in the fixed probe batch the finished encoder must embed finitely."""
-
-
-def probe_embeddings_finite(cfg: birdjepa.config.Config, state: dict, static, mesh) -> bool:
-    """Whether the encoder embeds a fixed batch (normal noise at the loader's scale, seed 0)
-    to finite vectors: finite parameters can still overflow (e.g. after lr=1e30)."""
-    x = np.random.default_rng(0).normal(0, 0.5, (PROBE_BATCH, cfg.data.n_frames,
-                                                 cfg.data.n_mels)).astype(np.float32)
-    x = jax.device_put(x, birdjepa.train.state.replicated(mesh))
-
-    @jax.jit
-    def finite(params, x_btm):
-        encoder = eqx.combine(params, static)["encoder"]
-        return jnp.isfinite(encoder(x_btm).pooled_bd).all()
-
-    return bool(finite(state["params"], x))
-
-
-def unsound(run: Run, state: dict, summary: dict, nonfinite_run: int) -> str | None:
-    """Why the finished run is not a usable model, or None: non-finite parameters, non-finite
-    embeddings of the probe batch, or updates that were still non-finite at the end."""
-    if not birdjepa.runtime.checkpoint.all_finite(state["params"]):
-        return f"parameters are not finite after step {summary['steps']}"
-    if nonfinite_run:
-        return (f"the last {nonfinite_run} update(s) up to step {summary['steps']} were "
-                f"non-finite and skipped (last finite loss: {summary['final_loss']:.4g} at step "
-                f"{summary['final_loss_step']})")
-    if not probe_embeddings_finite(run.cfg, state, run.static, run.mesh):
-        return (f"the encoder after step {summary['steps']} gives non-finite embeddings of a "
-                "fixed probe batch (diverged; lower optim.lr?)")
-    return None
-
-
 def finish(run: Run, state: dict, summary: dict, *, nonfinite_run: int = 0) -> None:
     """After a run that was not preempted: the curves, then COMPLETE, written last, and only for
     a sound model (`unsound`); otherwise UnsoundRunError says why (the checkpoints stay)."""
     if summary["preempted"]:
         return
-    why = unsound(run, state, summary, nonfinite_run)
+    why = birdjepa.train.soundness.unsound(run, state, summary, nonfinite_run)
     if why is not None:
-        raise UnsoundRunError(f"run {run.cfg.run_id} not marked complete: {why}")
+        raise birdjepa.train.soundness.UnsoundRunError(f"run {run.cfg.run_id} not marked complete: {why}")
     if run.is_main:
         birdjepa.train.log.plot(birdjepa.runtime.rundir.metrics_file(run.dir),
                                 birdjepa.runtime.rundir.curves_file(run.dir),
