@@ -236,7 +236,7 @@ BAD_VALUES = [
     ("model.n_registers", -1, "an int >= 0"),
     ("model.layerscale", NAN, "a finite number >= 0"),
     ("n_classes", 10**12, "at most"),  # item 12: bounded by the memory it implies
-    ("data.n_local", 1000, "at most 801 (the distinct 2.0 s crop positions in a 10.0 s window"),
+    ("data.n_local", 1000, "at most 801 (the distinct 2 s crop positions in a 10 s window"),
     # Issue 47 item 20d: a run id is one path component of safe characters (it named a
     # directory outside runs/, nested an absolute path under it, or held a newline).
     ("run_id", "../../escaped", "one path component of letters, digits"),

@@ -127,12 +127,17 @@ def check_loader_settings(config: str) -> dict[str, Any]:
     {"local_frames": the frames of a local view (`local_frames`, or local_s's, at most
     n_frames)}."""
 
+def physical_memory() -> int:
+    """Bytes of RAM of this machine (what the loader bounds its batches in flight by)."""
+
 def kaldi_frames(seconds: float) -> int:
     """Kaldi's frame count of `seconds` of audio (25 ms frames every 10 ms, snip edges): 498 for
     5 s, 198 for 2 s; at least 1. The loader's count."""
 
 MAX_WINDOW_S: float
 """The longest view_window_s, seconds."""
+PADS: list[str]
+"""What fills the frames past a clip shorter than n_frames (`pad`), by name."""
 
 def train_indices(
     n_rows: int, seed: int, block_size: int, shuffle_window: int, start: int, count: int

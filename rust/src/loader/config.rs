@@ -192,6 +192,8 @@ pub const MIN_CLIP_S: f64 = FRAME_LENGTH_MS as f64 / 1000.0;
 
 /// The longest `view_window_s`, seconds.
 pub const MAX_WINDOW_S: f64 = 3600.0;
+/// What fills the frames past a clip shorter than n_frames (`pad`), by name.
+pub const PADS: [&str; 3] = ["zero", "min", "repeat"];
 
 fn one_of(name: &'static str, v: &str, allowed: &[&str]) -> Result<()> {
     if !allowed.contains(&v) {
@@ -259,7 +261,7 @@ impl LoaderConfig {
         }
         one_of("crop", &self.crop, &["random", "events"])?;
         one_of("segment", &self.segment, &["centre", "columns"])?;
-        one_of("pad", &self.pad, &["zero", "min", "repeat"])?;
+        one_of("pad", &self.pad, &PADS)?;
         crate::resample::Filter::parse(&self.resampler)?;
         one_of("features", &self.features, &["host", "device"])?;
         one_of("batch_dtype", &self.batch_dtype, &["float32", "bfloat16"])?;
@@ -327,6 +329,20 @@ impl LoaderConfig {
                 self.local_s,
             ));
         }
+        // The distinct crop starts in the window, one per frame shift: more crops than that
+        // would repeat one.
+        let positions = ((w - self.local_s) * 1000.0 / FRAME_SHIFT_MS as f64).round() as u64 + 1;
+        if self.n_local as u64 > positions {
+            return Err(Error::bad_argument(
+                "n_local",
+                format!(
+                    "at most {positions} (the distinct {} s crop positions in a {w} s window at \
+                     {FRAME_SHIFT_MS} ms frames)",
+                    self.local_s
+                ),
+                self.n_local,
+            ));
+        }
         let Some(frames) = self.local_frames else {
             return Ok(()); // derived: never more than the crop has
         };
@@ -339,6 +355,16 @@ impl LoaderConfig {
                     "at most {real} (the frames of a local_s={} s crop; more would be \
                      zero-padding; leave it unset to derive it)",
                     self.local_s
+                ),
+                frames,
+            ));
+        }
+        if frames > self.n_frames {
+            return Err(Error::bad_argument(
+                "local_frames",
+                format!(
+                    "at most n_frames={} (a local view is never longer than a view)",
+                    self.n_frames
                 ),
                 frames,
             ));
@@ -667,6 +693,30 @@ mod tests {
             e,
             "bad argument local_frames: expected at most 48 (the frames of a local_s=0.5 s crop; \
              more would be zero-padding; leave it unset to derive it), got 192"
+        );
+        // Longer than a view: 2 s crops hold 198 frames, the views 64.
+        let e = local(2.0, Some(128))
+            .check_settings()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "bad argument local_frames: expected at most n_frames=64 (a local view is never \
+             longer than a view), got 128"
+        );
+        // No more crops than distinct 10 ms starts: 1 s crops in a 1.05 s window have 6.
+        let crops = |n_local: usize| LoaderConfig {
+            view_window_s: 1.05,
+            clip_s: 1.0,
+            n_local,
+            local_s: 1.0,
+            ..Default::default()
+        };
+        assert!(crops(6).check_settings().is_ok());
+        assert_eq!(
+            crops(7).check_settings().unwrap_err().to_string(),
+            "bad argument n_local: expected at most 6 (the distinct 1 s crop positions in a \
+             1.05 s window at 10 ms frames), got 7"
         );
         for mb in [0.0, -1.0, f64::NAN] {
             let c = LoaderConfig {

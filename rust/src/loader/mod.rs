@@ -45,7 +45,7 @@ use crate::clip::Transform;
 use crate::error::{Error, Result};
 use crate::order::Order;
 
-pub use config::{kaldi_frames, LoaderConfig, Mode, MAX_WINDOW_S};
+pub use config::{kaldi_frames, physical_memory, LoaderConfig, Mode, MAX_WINDOW_S, PADS};
 pub use pipeline::{Next, Pipeline};
 pub use stats::Stats;
 pub use transform::transform_factory;

@@ -379,6 +379,13 @@ fn kaldi_frames(seconds: f64) -> usize {
     crate::loader::kaldi_frames(seconds)
 }
 
+/// Bytes of RAM of this machine: what the loader bounds the batches in flight by
+/// (`crate::loader::physical_memory`), and the training config its heads and crops.
+#[pyfunction]
+fn physical_memory() -> u64 {
+    crate::loader::physical_memory()
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDataset>()?;
     m.add_class::<PyLoader>()?;
@@ -386,6 +393,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(loader_config_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(check_loader_settings, m)?)?;
     m.add_function(wrap_pyfunction!(kaldi_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(physical_memory, m)?)?;
     m.add("MAX_WINDOW_S", crate::loader::MAX_WINDOW_S)?;
+    m.add("PADS", crate::loader::PADS.to_vec())?;
     Ok(())
 }

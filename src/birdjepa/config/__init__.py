@@ -36,7 +36,7 @@ class ConfigError(ValueError):
 class DataConfig(birdjepa.data.config.LoaderConfig):
     """The `data` section: every loader setting (birdjepa.data.LoaderConfig: declared, defaulted,
     documented and checked there) plus the keys only training needs. The run passes this section
-    to the loaders as it is (birdjepa.train.run.make_loaders)."""
+    to the loaders as it is (birdjepa.train.loaders.make_loaders)."""
 
     train_shards: str | None = None
     """Training shards, as birdjepa.data.resolve_shards takes them: a save_to_disk directory
@@ -334,8 +334,6 @@ def _validate_data(cfg: Config) -> None:
         _require(cfg.objective.name == "lejepa", "data.n_local",
                  f"0 for objective {cfg.objective.name!r} (only lejepa uses local crops)",
                  d.n_local)
-        _require(d.local_frames <= d.n_frames, "data.local_frames",
-                 f"an int in [1, data.n_frames={d.n_frames}]", d.local_frames)
     if d.eval_batch_size is not None:
         _require(d.eval_batch_size >= 1, "data.eval_batch_size", "an int >= 1",
                  d.eval_batch_size)

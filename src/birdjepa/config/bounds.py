@@ -2,7 +2,6 @@
 abort or hang at start-up. Plain data, no JAX; birdjepa.config.validate calls `check`."""
 
 import math
-import os
 
 import birdjepa._rs
 import birdjepa.config.losses as losses
@@ -16,11 +15,6 @@ the prefetch thread's batch and its device copy (issue 23: 4.3 GB RSS at batch 8
 n_local=1000, ~0.79 GB of local crops per batch)."""
 
 
-def physical_memory() -> int:
-    """Bytes of RAM of this machine."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def _gib(n: float) -> str:
     return f"{n / 2**30:.3g} GiB"
 
@@ -29,8 +23,9 @@ def check(cfg) -> None:
     """Sizes bounded by what they imply: the bytes of n_classes (probe and supervised head
     weights with their gradients and two Adam moments, and a batch of multi-hot targets per
     batch in flight) and of n_local (a batch of crops per batch in flight) must fit in this
-    machine's memory; n_local cannot exceed the distinct crop positions of the window."""
-    ram, d = physical_memory(), cfg.data
+    machine's memory (the loader's own rules, such as n_local against the crop positions of
+    the window, are Rust's: birdjepa.data.LoaderConfig.check)."""
+    ram, d = birdjepa._rs.physical_memory(), cfg.data
     mats = 2 if cfg.objective.name == "supervised" else 1
     per_class = 4 * (4 * mats * (cfg.model.width + 1) + cfg.batch_size * BATCHES_IN_FLIGHT)
     require(cfg.n_classes * per_class <= ram, "n_classes",
@@ -38,10 +33,6 @@ def check(cfg) -> None:
              f"weights, optimiser state and multi-hot targets at this value; this machine has "
              f"{_gib(ram)})", cfg.n_classes)
     if d.n_local:
-        positions = int(round((d.view_window_s - d.local_s) * 100)) + 1  # 10 ms frame offsets
-        require(d.n_local <= positions, "data.n_local",
-                 f"at most {positions} (the distinct {d.local_s} s crop positions in a "
-                 f"{d.view_window_s} s window at 10 ms frames)", d.n_local)
         per_crop = 4 * d.local_frames * d.n_mels * cfg.batch_size * BATCHES_IN_FLIGHT
         require(d.n_local * per_crop <= ram // 2, "data.n_local",
                  f"at most {ram // 2 // per_crop} (local crops of {BATCHES_IN_FLIGHT} batches in "

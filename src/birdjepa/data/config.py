@@ -27,14 +27,16 @@ import numpy as np
 
 import birdjepa._rs
 import birdjepa.common.errors as errors
+import birdjepa.data.paths as paths
 
 DEFAULT_MEAN = -7.2
 DEFAULT_STD = 4.43
 MAX_WINDOW_S: float = birdjepa._rs.MAX_WINDOW_S
 """The longest view_window_s, seconds (rust/src/loader/config.rs)."""
 
-PADS: tuple[str, ...] = ("zero", "min", "repeat")
-"""What fills the frames past a clip shorter than n_frames (LoaderConfig.pad)."""
+PADS: tuple[str, ...] = tuple(birdjepa._rs.PADS)
+"""What fills the frames past a clip shorter than n_frames (LoaderConfig.pad; declared in
+rust/src/loader/config.rs)."""
 RESAMPLERS: tuple[str, ...] = tuple(birdjepa._rs.RESAMPLERS)
 """The resampling filters by name (rust/src/resample.rs `Filter`, their one declaration;
 birdjepa.data.audio.RESAMPLERS describes them)."""
@@ -201,7 +203,7 @@ class LoaderConfig:
     host's, and a training step does so on the accelerator). The same samples, crops and order
     either way (it does not shape the stream): features equal to the host's within float32
     round-off (1e-4 relative). Views without `view_window_s` need one view (n_views = 1)."""
-    max_audio_mb: float = _speed(1024.0)
+    max_audio_mb: float = _speed(paths.MAX_AUDIO_MB)
     """Path-only audio: a file above this many MB (10^6 bytes) is a counted skip, never read
     (each read holds the whole file in memory). Only regular files are read at all: a FIFO, a
     device or a directory is a counted skip too. 1024 MB holds ~1.5 h of 16-bit 96 kHz mono WAV."""

@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import birdjepa.data.config
+
 FRAME_LENGTH_MS = 25.0
 FRAME_SHIFT_MS = 10.0
 PREEMPH = 0.97
@@ -39,7 +41,6 @@ LOW_FREQ_HZ = 20.0
 MIN_SAMPLE_RATE = 1000
 MAX_SAMPLE_RATE = 768_000
 MIN_N_MELS, MAX_N_MELS = 3, 4096
-PADS = ("zero", "min", "repeat")
 
 _EPS = np.finfo(np.float32).eps
 # ln(eps) rounded once to float32: the value every floored cell takes (Rust: f32::EPSILON.ln()).
@@ -253,8 +254,9 @@ def views(feats_bfm, offset_vb, keep_vb, *, n_frames: int, mean: float, std: flo
                          f"{keep_vb.shape}")
     if isinstance(n_frames, bool) or not isinstance(n_frames, numbers.Integral) or n_frames < 1:
         raise ValueError(f"n_frames: expected a positive int, got {n_frames!r}")
-    if pad not in PADS:
-        raise ValueError(f"pad: expected one of {', '.join(PADS)}, got {pad!r}")
+    if pad not in birdjepa.data.config.PADS:
+        raise ValueError(f"pad: expected one of {', '.join(birdjepa.data.config.PADS)}, "
+                         f"got {pad!r}")
     if not (isinstance(mean, numbers.Real) and math.isfinite(mean)):
         raise ValueError(f"mean: expected a finite number, got {mean!r}")
     if not (isinstance(std, numbers.Real) and math.isfinite(std) and std > 0):

@@ -15,6 +15,7 @@ loader's rule too: only a regular file of at most `max_audio_mb` MB is read; a F
 """
 
 import io
+import json
 import os
 from collections.abc import Mapping
 
@@ -54,8 +55,9 @@ def resolve(stored: str, shard_dir: str, audio_root: str = "",
 
 # -- reading the file a path names: regular files only, bounded -------------------------------
 
-MAX_AUDIO_MB = 1024.0
-"""Default bound of one path-only audio file, MB (10^6 bytes): LoaderConfig.max_audio_mb's."""
+MAX_AUDIO_MB: float = json.loads(birdjepa._rs.loader_config_defaults())["max_audio_mb"]
+"""Default bound of one path-only audio file, MB (10^6 bytes): the loader's max_audio_mb
+default, declared in rust/src/loader/config.rs."""
 
 
 def utf8_named(paths: list) -> tuple[list, list[bytes]]:
