@@ -29,7 +29,7 @@ import benchmarks.loader as loader
 import birdjepa.common.cli_args as cli_args
 import birdjepa.config
 import birdjepa.data
-import birdjepa.data.config
+import birdjepa.data.loader_config
 import birdjepa.data.pack
 
 
@@ -107,8 +107,8 @@ def at_config(args) -> dict:
     float32 features of the corpus as stored (before issue 46) and of the same corpus."""
     cfg = birdjepa.config.load(benchmarks.configs.CONFIGS / f"{args.config}.toml")
     d = cfg.data
-    loader_cfg = birdjepa.data.config.LoaderConfig(**{
-        f.name: getattr(d, f.name) for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)})
+    loader_cfg = birdjepa.data.loader_config.LoaderConfig(**{
+        f.name: getattr(d, f.name) for f in dataclasses.fields(birdjepa.data.loader_config.LoaderConfig)})
     loader_cfg = dataclasses.replace(loader_cfg, features="host")
     workers = [int(x) for x in args.workers.split(",")]
     data = args.data or str(benchmarks.configs.CONFIGS.parent / "data" / "demo" / "train")

@@ -16,7 +16,7 @@ import benchmarks.__main__
 import birdjepa.common.cli_args as cli_args
 import birdjepa.config
 import birdjepa.config.command_line
-import birdjepa.evaluate.config
+import birdjepa.evaluate.eval_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMANDS = [
@@ -159,7 +159,7 @@ def test_lists_repeat_their_flag_and_path_maps_take_old_new(tmp_path):
     toml = tmp_path / "e.toml"
     toml.write_text('encoders = ["a"]\n[probe]\nlr = 0.01\n')
     cfg = birdjepa.config.command_line.cli(["--cfg", str(toml), "--encoders", "b", "--encoders", "c",
-                               "--shots", "0", "--probe.epochs=3"], birdjepa.evaluate.config.EvalConfig)
+                               "--shots", "0", "--probe.epochs=3"], birdjepa.evaluate.eval_config.EvalConfig)
     assert (cfg.encoders, cfg.shots, cfg.probe.lr, cfg.probe.epochs) == (("b", "c"), (0,), 0.01, 3)
     cfg = birdjepa.config.command_line.cli(["--data.path_map", "/old=/new", "--data.path-map=/a=/b"])
     assert cfg.data.path_map == {"/old": "/new", "/a": "/b"}
@@ -177,10 +177,10 @@ def test_toml_path_map_table_and_the_old_segment_key(tmp_path):
         birdjepa.config.load(train)
     old = tmp_path / "e.toml"
     old.write_text('test_segment = "columns"\n')
-    assert birdjepa.evaluate.config.load(str(old)).segment == "columns"
+    assert birdjepa.evaluate.eval_config.load(str(old)).segment == "columns"
     old.write_text('test_segment = "columns"\nsegment = "centre"\n')
     with pytest.raises(birdjepa.config.ConfigError, match="got both"):
-        birdjepa.evaluate.config.load(str(old))
+        birdjepa.evaluate.eval_config.load(str(old))
 
 
 def test_fail_is_one_line(capsys):

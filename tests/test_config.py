@@ -14,7 +14,7 @@ import birdjepa._rs
 import birdjepa.config as config
 import birdjepa.config.command_line as command_line
 import birdjepa.config.identity as identity
-import birdjepa.data.config
+import birdjepa.data.loader_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -147,7 +147,7 @@ def test_runs_saved_before_the_resampler_setting_keep_their_filter_and_run_id():
     old = dataclasses.asdict(cfg)
     del old["data"]["resampler"]
     resumed = identity.with_resampler(cfg, old)
-    assert resumed.data.resampler == birdjepa.data.config.LEGACY_RESAMPLER == "rubato-bh2-1024"
+    assert resumed.data.resampler == birdjepa.data.loader_config.LEGACY_RESAMPLER == "rubato-bh2-1024"
     identity.check_same(old, resumed, ignore=identity.NOT_SHAPING, what="resume")
     assert identity.with_resampler(cfg, None).data.resampler == "soxr-hq"
     new = dataclasses.asdict(identity.with_resampler(cfg, None))
@@ -172,12 +172,12 @@ def test_runs_saved_before_the_resampler_setting_keep_their_filter_and_run_id():
 def test_every_saved_form_reads_its_resampler_by_one_rule(tmp_path):
     """Issue 50 item 1: "unset means the saved one, else the legacy one, else the default" had a
     copy for each saved form. A run's config, a loader state, a pack's plan and an export's
-    audio settings now read it through birdjepa.data.config.saved_resampler, and agree on the
+    audio settings now read it through birdjepa.data.loader_config.saved_resampler, and agree on the
     three cases: nothing saved, saved before the setting existed, saved with a filter."""
     import birdjepa.data.pack_dst as pack_dst
     import birdjepa.models.artifact as artifact
 
-    legacy, default = birdjepa.data.config.LEGACY_RESAMPLER, birdjepa.data.config.DEFAULT_RESAMPLER
+    legacy, default = birdjepa.data.loader_config.LEGACY_RESAMPLER, birdjepa.data.loader_config.DEFAULT_RESAMPLER
     assert legacy != default
     cfg = config.finalize(config.load(REPO / "configs" / "demo.toml"))
     audio = artifact.run_input(identity.with_resampler(cfg, None).data, "run")
@@ -191,7 +191,7 @@ def test_every_saved_form_reads_its_resampler_by_one_rule(tmp_path):
         else:
             plan.write_text(json.dumps(saved))
         got = [identity.with_resampler(cfg, run).data.resampler,
-               birdjepa.data.config.resolve_resampler(cfg.data, state),
+               birdjepa.data.loader_config.resolve_resampler(cfg.data, state),
                pack_dst.plan_resampler(str(tmp_path), None)]
         if saved is not None:  # an export always has its settings
             got.append(artifact.input_settings(
@@ -203,7 +203,7 @@ def test_every_saved_form_reads_its_resampler_by_one_rule(tmp_path):
     assert forms({"resampler": default}) == [default] * 4
     assert forms({"resampler": legacy}) == [legacy] * 4
     # An explicit setting wins over whatever was saved, in each form's reader.
-    assert birdjepa.data.config.saved_resampler(default, {}) == default
+    assert birdjepa.data.loader_config.saved_resampler(default, {}) == default
     assert pack_dst.plan_resampler(str(tmp_path), default) == default
 
 

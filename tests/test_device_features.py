@@ -12,7 +12,7 @@ import soundfile
 
 import benchmarks.transforms
 import birdjepa.audio
-from birdjepa.data import device_features
+from birdjepa.data import device_features, loader_config
 from birdjepa.data.device_features import kaldi_fbank, views
 from birdjepa.demo_data import catalogue, codecs, synth
 
@@ -206,7 +206,7 @@ def views_reference(feats, offset, keep, n_frames, mean, std, pad):
     return out
 
 
-@pytest.mark.parametrize("pad", device_features.PADS)
+@pytest.mark.parametrize("pad", loader_config.PADS)
 def test_views_match_the_loader_rule(pad):
     rng = np.random.default_rng(11)
     b, f, m, v = 5, 40, 6, 4

@@ -10,7 +10,7 @@ import pytest
 
 import birdjepa.evaluate.checks
 import birdjepa.evaluate.cli
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 
 NAMES = ["a", "b", "c"]
 
@@ -101,10 +101,10 @@ def test_class_names_are_matched_by_name_not_position(splits):
                 [[recode[c] for c in seg] for seg in ([0], [1, 2], [], [2])], names=order,
                 multilabel=True)
     write_split(splits / "train2", "label", [3, 0, 0, 1, 1, 2, 2], names=NAMES + ["d"])
-    base = config.EvalConfig(random=("x",), train_shards=str(splits / "train"),
+    base = eval_config.EvalConfig(random=("x",), train_shards=str(splits / "train"),
                              test_shards=str(splits / "test"), shots=(1, 0), seeds=(0, 1))
     (ref,) = birdjepa.evaluate.checks.build(base)
-    (got,) = birdjepa.evaluate.checks.build(config.EvalConfig(
+    (got,) = birdjepa.evaluate.checks.build(eval_config.EvalConfig(
         random=("x",), train_shards=str(splits / "train2"), test_shards=str(splits / "test2"),
         shots=(1, 0), seeds=(0, 1)))
     perm = [NAMES.index(c) for c in order]
@@ -122,14 +122,14 @@ def test_several_test_sets_resolve_their_own_splits(splits):
                     f'[[test_sets]]\nname = "HSN"\ntest_shards = "{splits / "test"}"\n'
                     f'[[test_sets]]\ntest_shards = "{splits / "test"}"\n'
                     f'train_shards = "{splits / "train"}"\n')
-    cfg = config.load(str(toml))
-    sets = config.test_sets(cfg)
+    cfg = eval_config.load(str(toml))
+    sets = eval_config.test_sets(cfg)
     assert [t.name for t in sets] == ["HSN", "test"]
     assert all(t.test_label_column == "ebird_code_multilabel" for t in sets)
     assert [p.spec.name for p in birdjepa.evaluate.checks.build(cfg)] == ["HSN", "test"]
-    dup = config.EvalConfig(random=("x",), test_sets=(config.TestSet("A", "x"),) * 2)
-    with pytest.raises(config.birdjepa.config.ConfigError, match="distinct names"):
-        config.validate(dup)
+    dup = eval_config.EvalConfig(random=("x",), test_sets=(eval_config.TestSet("A", "x"),) * 2)
+    with pytest.raises(eval_config.birdjepa.config.ConfigError, match="distinct names"):
+        eval_config.validate(dup)
 
 
 def test_paths_in_a_toml_resolve_against_its_directory(splits, tmp_path, monkeypatch):
@@ -146,15 +146,15 @@ def test_paths_in_a_toml_resolve_against_its_directory(splits, tmp_path, monkeyp
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    cfg = config.cli(["--cfg", str(cfgdir / "e.toml")])
+    cfg = eval_config.cli(["--cfg", str(cfgdir / "e.toml")])
     assert cfg.random == (str(splits / "tiny.toml"),)
     assert cfg.train_shards == str(splits / "train") and cfg.out_dir == "out"
-    a, b = config.test_sets(cfg)
+    a, b = eval_config.test_sets(cfg)
     assert a.test_shards == str(splits / "test") and b.test_shards == str(splits / "test") + ":x"
     assert b.audio_root == str(cfgdir) and a.audio_root == ""
-    assert config.load(str(cfgdir / "e.toml")) == cfg  # the Python entry resolves alike
+    assert eval_config.load(str(cfgdir / "e.toml")) == cfg  # the Python entry resolves alike
     monkeypatch.chdir(splits)  # a relative --cfg: paths stay relative to the current directory
-    cfg = config.cli(["--cfg", "cfg/e.toml", "--train_shards", "train"])
+    cfg = eval_config.cli(["--cfg", "cfg/e.toml", "--train_shards", "train"])
     assert cfg.random == ("tiny.toml",) and cfg.train_shards == "train"
 
 

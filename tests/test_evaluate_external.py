@@ -13,14 +13,14 @@ from test_evaluate_run import FAST, corpus  # noqa: F401 (the shared module fixt
 import birdjepa
 import birdjepa.config
 import birdjepa.evaluate
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.runner as runner
 import birdjepa.models.recordings as recordings
 
 
 def _cfg(corpus, out, **kw):  # noqa: F811
-    return config.EvalConfig(train_shards=str(corpus / "train"),
-                             test_sets=(config.TestSet("A", str(corpus / "test")),),
+    return eval_config.EvalConfig(train_shards=str(corpus / "train"),
+                             test_sets=(eval_config.TestSet("A", str(corpus / "test")),),
                              shots=(0, 1), seeds=(0, 1, 2), probes=("linear", "knn"), probe=FAST,
                              n_boot=100, out_dir=str(out), **kw)
 
@@ -41,7 +41,7 @@ def _write(enc, source, path, batch_size):
 def emb_dir(corpus, tmp_path_factory):  # noqa: F811
     d = tmp_path_factory.mktemp("external") / "my-vectors"
     enc, _ = runner.random_encoder(str(corpus / "tiny.toml"))
-    bs = config.EvalConfig().batch_size
+    bs = eval_config.EvalConfig().batch_size
     _write(enc, str(corpus / "train"), d / "train.parquet", bs)
     _write(enc, str(corpus / "test"), d / "test.parquet", bs)
     return d
@@ -83,7 +83,7 @@ def test_missing_rows_and_token_probes_are_up_front_errors(corpus, emb_dir, tmp_
         birdjepa.evaluate.run(_cfg(corpus, tmp_path / "o", encoders=(f"emb:{bad}",)),
                               verbose=False)
     cfg = _cfg(corpus, tmp_path / "o", encoders=(f"emb:{emb_dir}",))
-    cfg = config.EvalConfig(**{**cfg.__dict__, "probes": ("linear", "attentive")})
+    cfg = eval_config.EvalConfig(**{**cfg.__dict__, "probes": ("linear", "attentive")})
     with pytest.raises(birdjepa.config.ConfigError, match=r"got \['attentive'\]"):
         birdjepa.evaluate.run(cfg, verbose=False)
     assert embed_calls == {"features": 0, "encode": 0}  # nothing was embedded

@@ -5,7 +5,7 @@ model card that never shows training-split figures under "Evaluation"."""
 import numpy as np
 import pytest
 
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.report as report
 import birdjepa.models.card as card
@@ -18,15 +18,15 @@ import birdjepa.models.card as card
     ("/d/mysite/abc123:test_5s", "abc123:test_5s"),
 ])
 def test_a_test_set_is_named_by_its_birdset_config_or_directory(shards, name):
-    assert config.test_sets(config.EvalConfig(test_shards=shards))[0].name == name
+    assert eval_config.test_sets(eval_config.EvalConfig(test_shards=shards))[0].name == name
 
 
 def test_test_name_and_test_sets_names_win():
     hsn = "/x/birdset/HSN/0.0.4/abc:test_5s"
-    assert config.test_sets(config.EvalConfig(test_shards=hsn, test_name="site A"))[0].name == \
+    assert eval_config.test_sets(eval_config.EvalConfig(test_shards=hsn, test_name="site A"))[0].name == \
         "site A"
-    cfg = config.EvalConfig(test_sets=(config.TestSet("B", hsn),))
-    assert [t.name for t in config.test_sets(cfg)] == ["B"]
+    cfg = eval_config.EvalConfig(test_sets=(eval_config.TestSet("B", hsn),))
+    assert [t.name for t in eval_config.test_sets(cfg)] == ["B"]
 
 
 def _rows(encs=("lejepa-1", "supervised", "random"), probes=("linear", "knn"),

@@ -17,7 +17,7 @@ import tiny
 import birdjepa.demo_data
 import birdjepa.evaluate
 import birdjepa.evaluate.cli
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.probes as probes
 import birdjepa.train.loop
@@ -38,10 +38,10 @@ def corpus(tmp_path_factory, demo_corpus):
 
 @pytest.mark.slow  # ~40 CPU-s, mostly compiling 4 probes
 def test_two_test_sets_every_row_on_disk_and_cached(corpus, tmp_path, embed_calls):
-    cfg = config.EvalConfig(
+    cfg = eval_config.EvalConfig(
         random=(str(corpus / "tiny.toml"),), train_shards=str(corpus / "train"),
-        test_sets=(config.TestSet("A", str(corpus / "test")),
-                   config.TestSet("B", str(corpus / "test2"))),
+        test_sets=(eval_config.TestSet("A", str(corpus / "test")),
+                   eval_config.TestSet("B", str(corpus / "test2"))),
         shots=(1, 0), seeds=(0, 1, 2), probe=FAST, n_boot=200, out_dir=str(tmp_path / "out"))
     summary = birdjepa.evaluate.run(cfg, verbose=False)
     # The shared training split is embedded once, each test split once.
@@ -85,7 +85,7 @@ def test_retrain_into_the_same_run_dir_is_evaluated_anew(corpus, tmp_path, embed
     train_tiny(run, seed=0)
 
     def evaluate(out_dir):
-        cfg = config.EvalConfig(
+        cfg = eval_config.EvalConfig(
             encoders=(str(run),), train_shards=str(corpus / "train"),
             test_shards=str(corpus / "test"), probes=("linear", "knn"), shots=(0,), seeds=(0,),
             probe=FAST, n_boot=100, out_dir=str(out_dir))
@@ -122,10 +122,10 @@ def test_retrain_into_the_same_run_dir_is_evaluated_anew(corpus, tmp_path, embed
 
 
 def test_config_defaults_are_the_protocol():
-    cfg = config.EvalConfig()
+    cfg = eval_config.EvalConfig()
     assert cfg.seeds == (0, 1, 2, 3, 4) and cfg.shots == (1, 5, 0)
     assert dataclasses.asdict(cfg)["n_boot"] == 1000
-    (ts,) = config.test_sets(cfg)
+    (ts,) = eval_config.test_sets(cfg)
     assert ts.name == "soundscape" and ts.train_shards == "data/demo/train"
 
 
@@ -134,8 +134,8 @@ def test_cli_rejects_unknown_and_bad_keys(tmp_path, capsys):
     assert birdjepa.evaluate.cli.main(["--cfg", str(tmp_path / "e.toml")]) == 2
     assert "unknown config key 'bogus'" in capsys.readouterr().err
     (tmp_path / "p.toml").write_text('encoders = ["x"]\n[probe]\nlr = "fast"\n')
-    with pytest.raises(config.birdjepa.config.ConfigError, match="probe.lr"):
-        config.load(str(tmp_path / "p.toml"))
+    with pytest.raises(eval_config.birdjepa.config.ConfigError, match="probe.lr"):
+        eval_config.load(str(tmp_path / "p.toml"))
     (tmp_path / "k.toml").write_text('encoders = ["."]\nprobes = ["svm"]\n')
     assert birdjepa.evaluate.cli.main(["--cfg", str(tmp_path / "k.toml")]) == 2
     assert "'probes': expected values in" in capsys.readouterr().err
@@ -181,7 +181,7 @@ def test_multilayer_probe_reads_every_block_from_one_cached_embedding(corpus, tm
     base = dict(random=(str(two),), train_shards=str(corpus / "train"),
                 test_shards=str(corpus / "test"), shots=(0,), seeds=(0,), probe=FAST,
                 n_boot=100, out_dir=str(tmp_path / "out"))
-    rows = birdjepa.evaluate.run(config.EvalConfig(probes=("multilayer",), **base),
+    rows = birdjepa.evaluate.run(eval_config.EvalConfig(probes=("multilayer",), **base),
                                  verbose=False)["rows"]
     assert {r["probe"] for r in rows} == {"multilayer"} and all(
         np.isfinite(r["value"]) or r["metric"] != "cmap" for r in rows)
@@ -191,5 +191,5 @@ def test_multilayer_probe_reads_every_block_from_one_cached_embedding(corpus, tm
         layers, patches = z["layers"], z["patches"]
     assert layers.dtype == np.float16 and layers.shape[:1] + layers.shape[2:] == patches.shape
     assert layers.shape[1] == 2
-    birdjepa.evaluate.run(config.EvalConfig(probes=("linear",), **base), verbose=False)
+    birdjepa.evaluate.run(eval_config.EvalConfig(probes=("linear",), **base), verbose=False)
     assert len(sorted((tmp_path / "out" / "embeddings").rglob("*.npz"))) == 4  # another key

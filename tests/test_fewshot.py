@@ -137,23 +137,23 @@ def test_fewshot_split_of_relative_path_only_audio_still_finds_it(tmp_path):
 
 def test_bird_mae_protocol_fixes_its_settings_and_refuses_others():
     import birdjepa.config
-    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.eval_config as eval_config
 
-    cfg = config.with_protocol(config.EvalConfig(encoders=("x",), protocol="bird-mae"))
+    cfg = eval_config.with_protocol(eval_config.EvalConfig(encoders=("x",), protocol="bird-mae"))
     assert (cfg.sampling, cfg.shots, cfg.seeds) == ("lenient", (1, 5, 10), (1, 2, 3))
     p = cfg.probe
     assert (p.lr, p.weight_decay, p.batch_size, p.epochs, p.min_steps, p.grad_clip, p.loss,
             p.n_prototypes) == (3e-4, 3e-4, 64, 50, 0, 2.0, "asl", 20)
-    assert config.with_protocol(config.EvalConfig()) == config.EvalConfig()  # none: as set
-    one = config.with_protocol(config.EvalConfig(protocol="bird-mae", shots=(5,), seeds=(2,)))
+    assert eval_config.with_protocol(eval_config.EvalConfig()) == eval_config.EvalConfig()  # none: as set
+    one = eval_config.with_protocol(eval_config.EvalConfig(protocol="bird-mae", shots=(5,), seeds=(2,)))
     assert (one.shots, one.seeds, one.sampling) == ((5,), (2,), "lenient")
     with pytest.raises(birdjepa.config.ConfigError,
                        match=r"'shots': expected values of \(1, 5, 10\) \(protocol 'bird-mae' "
                        r"fixes them\) or unset, got \(1, 20\)"):
-        config.with_protocol(config.EvalConfig(protocol="bird-mae", shots=(1, 20)))
+        eval_config.with_protocol(eval_config.EvalConfig(protocol="bird-mae", shots=(1, 20)))
     with pytest.raises(birdjepa.config.ConfigError, match="'probe.epochs': expected 50"):
-        config.with_protocol(config.EvalConfig(
-            protocol="bird-mae", probe=config.birdjepa.evaluate.probes.ProbeConfig(epochs=7)))
+        eval_config.with_protocol(eval_config.EvalConfig(
+            protocol="bird-mae", probe=eval_config.birdjepa.evaluate.probes.ProbeConfig(epochs=7)))
 
 
 def test_lenient_evaluate_draws_eligible_recordings_and_names_the_protocol(tmp_path, capsys):
@@ -161,7 +161,7 @@ def test_lenient_evaluate_draws_eligible_recordings_and_names_the_protocol(tmp_p
     birdjepa.data.fewshot (no recording over 20 s or with a secondary label), a class short of
     k keeps what it has and is named; every result row and table title names the protocol."""
     import birdjepa.evaluate.checks as checks
-    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.eval_config as eval_config
     import birdjepa.evaluate.report as report
 
     rows = [(2, i % 3, []) for i in range(30)] + [(25, 0, []), (3, 1, ["x"])]
@@ -173,7 +173,7 @@ def test_lenient_evaluate_draws_eligible_recordings_and_names_the_protocol(tmp_p
                   "ebird_code_multilabel": pa.array([[0], [1], [2]], pa.list_(pa.int64()))})
     with pa.OSFile(str(test / "data-00000.arrow"), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
         w.write_table(t)
-    cfg = config.with_protocol(config.EvalConfig(
+    cfg = eval_config.with_protocol(eval_config.EvalConfig(
         encoders=("x",), protocol="bird-mae", train_shards=str(tmp_path / "train"),
         test_shards=str(test)))
     plan = checks.build(cfg)[0]

@@ -18,7 +18,7 @@ import birdjepa.data.table as table
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.demo_data.soundscape as soundscape
 import birdjepa.evaluate
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.probes as probes
 import birdjepa.models.raven as raven
 import birdjepa.sources
@@ -244,7 +244,7 @@ def test_evaluate_runs_on_annotated_demo_soundscapes(tmp_path, demo_corpus):
     assert t.column("start_time").to_pylist() == [0.0, 5.0, 10.0] * 2
     assert table.class_names(test, "ebird_code_multilabel") == table.class_names(train, "label")
     (tmp_path / "tiny.toml").write_text(tiny.tiny_toml("x", n_steps=1))  # a random encoder
-    cfg = config.EvalConfig(
+    cfg = eval_config.EvalConfig(
         random=(str(tmp_path / "tiny.toml"),), train_shards=train, test_shards=str(test),
         test_name="annotated", segment="columns", probes=("prototypical",), shots=(0,),
         seeds=(0,), probe=probes.ProbeConfig(min_steps=5, epochs=1, n_prototypes=2), n_boot=100,

@@ -17,7 +17,7 @@ import birdjepa
 import birdjepa._rs
 import birdjepa.config
 import birdjepa.data
-import birdjepa.data.config
+import birdjepa.data.loader_config
 from birdjepa.data import LoaderConfig
 
 
@@ -26,22 +26,22 @@ def test_python_and_rust_declare_the_same_settings_and_defaults():
     defaults (n_workers: "auto" is resolved before Rust sees it; batch_size is required)."""
     rust = json.loads(birdjepa._rs.loader_config_defaults())
     fields = {f.name: f.default for f in dataclasses.fields(LoaderConfig)}
-    python = fields | birdjepa.data.config.RUN_ARGS
+    python = fields | birdjepa.data.loader_config.RUN_ARGS
     assert set(python) == set(rust)
-    assert not set(fields) & set(birdjepa.data.config.RUN_ARGS)
+    assert not set(fields) & set(birdjepa.data.loader_config.RUN_ARGS)
     for name, default in python.items():
         if name in ("n_workers", "batch_size"):
             continue
         if name == "resampler":  # None: resolved in Python (a state's, else the default)
-            assert default is None and rust[name] == birdjepa.data.config.DEFAULT_RESAMPLER
+            assert default is None and rust[name] == birdjepa.data.loader_config.DEFAULT_RESAMPLER
         elif isinstance(default, float):
             assert np.float32(default) == np.float32(rust[name]), name
         else:
             assert default == rust[name], name  # local_frames: None (derived) on both sides
-    assert birdjepa.data.config.RESAMPLERS == tuple(birdjepa._rs.RESAMPLERS)
-    assert birdjepa.data.config.DEFAULT_RESAMPLER == birdjepa._rs.DEFAULT_RESAMPLER == "soxr-hq"
-    assert birdjepa.data.config.LEGACY_RESAMPLER == birdjepa._rs.LEGACY_RESAMPLER == "rubato-bh2-1024"
-    assert birdjepa.data.config.MAX_WINDOW_S == birdjepa._rs.MAX_WINDOW_S == 3600.0
+    assert birdjepa.data.loader_config.RESAMPLERS == tuple(birdjepa._rs.RESAMPLERS)
+    assert birdjepa.data.loader_config.DEFAULT_RESAMPLER == birdjepa._rs.DEFAULT_RESAMPLER == "soxr-hq"
+    assert birdjepa.data.loader_config.LEGACY_RESAMPLER == birdjepa._rs.LEGACY_RESAMPLER == "rubato-bh2-1024"
+    assert birdjepa.data.loader_config.MAX_WINDOW_S == birdjepa._rs.MAX_WINDOW_S == 3600.0
 
 
 LOCAL = dict(n_local=1, view_window_s=6.0)
@@ -100,7 +100,7 @@ IDS = [",".join(f"{k}={v}" for k, v in bad.items()) for bad, _ in BAD]
 
 def _rust_loader_error(tmp_path, settings: LoaderConfig) -> str:
     path = loader_shards.write(str(tmp_path / "s.arrow"), loader_shards.table(range(8)))
-    raw = birdjepa.data.config.rust_json(settings, {**birdjepa.data.config.RUN_ARGS, "batch_size": 4})
+    raw = birdjepa.data.loader_config.rust_json(settings, {**birdjepa.data.loader_config.RUN_ARGS, "batch_size": 4})
     with pytest.raises(birdjepa.BadArgumentError) as e:
         birdjepa._rs.Loader(birdjepa._rs.Dataset([path]), raw, start_step=0)
     return str(e.value)
@@ -169,10 +169,10 @@ def test_rust_derives_the_local_frames_and_counts_kaldi_frames():
 
 
 def test_the_python_declaration_holds_no_rule_that_rust_checks():
-    """data/config.py declares the settings; the only rules it keeps are Python's own: "auto"
+    """data/loader_config.py declares the settings; the only rules it keeps are Python's own: "auto"
     workers (resolve_workers) and what JSON can carry (rust_json). Everything else that can be
     wrong with a setting is raised by Rust."""
-    source = inspect.getsource(birdjepa.data.config)
+    source = inspect.getsource(birdjepa.data.loader_config)
     raising = sorted({fn.name for fn in ast.walk(ast.parse(source))
                       if isinstance(fn, ast.FunctionDef)
                       and any(isinstance(n, ast.Raise) for n in ast.walk(fn))})

@@ -14,7 +14,7 @@ import birdjepa
 import birdjepa.data
 import birdjepa.data.table as table
 import birdjepa.demo_data
-import birdjepa.objectives.common
+import birdjepa.objectives.terms
 import birdjepa.train.loop
 
 NAMES = ["amerob", "blujay", "carwre", "norcar", "tuftit"]
@@ -140,7 +140,7 @@ def test_per_row_matches_numpy_bce_and_birdset_top1():
     y = np.array([[1, 0, 1, 0], [0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 1],
                   [0, 0, 1, 0]], np.float32)
     loss, hit, labelled = (np.asarray(a) for a in
-                           birdjepa.objectives.common.per_row(logits, y))
+                           birdjepa.objectives.terms.per_row(logits, y))
     p = 1 / (1 + np.exp(-logits.astype(np.float64)))
     want = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean(-1)
     np.testing.assert_allclose(loss, want, rtol=1e-5)
@@ -151,18 +151,18 @@ def test_per_row_matches_numpy_bce_and_birdset_top1():
     y_null = y.copy()
     y_null[4] = -1.0
     loss_n, hit_n, labelled_n = (np.asarray(a) for a in
-                                 birdjepa.objectives.common.per_row(logits, y_null))
+                                 birdjepa.objectives.terms.per_row(logits, y_null))
     np.testing.assert_allclose(loss_n, np.where(np.arange(6) == 4, 0.0, want), rtol=1e-5)
     assert hit_n[4] == 0 and labelled_n[4] == 0 and loss_n[1] > 0
-    np.testing.assert_array_equal(birdjepa.objectives.common.known_rows(y_null),
+    np.testing.assert_array_equal(birdjepa.objectives.terms.known_rows(y_null),
                                   [1, 1, 1, 1, 0, 1])
     w = np.ones(6, np.float32)
-    mean, _ = birdjepa.objectives.common.xent(logits, y_null, w)
+    mean, _ = birdjepa.objectives.terms.xent(logits, y_null, w)
     np.testing.assert_allclose(float(mean), np.delete(want, 4).mean(), rtol=1e-5)
     # Class ids keep softmax cross-entropy, unlabelled rows (-1) scoring 0.
     ids = np.array([0, -1, 1, 3, 3, 2])
     loss, hit, labelled = (np.asarray(a) for a in
-                           birdjepa.objectives.common.per_row(logits, ids))
+                           birdjepa.objectives.terms.per_row(logits, ids))
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(loss, np.where(ids >= 0, -logp[np.arange(6), ids], 0), rtol=1e-5)
     np.testing.assert_array_equal(labelled, ids >= 0)

@@ -23,7 +23,7 @@ import tiny
 import birdjepa
 import birdjepa.data.table as table
 import birdjepa.demo_data
-import birdjepa.evaluate.config
+import birdjepa.evaluate.eval_config
 import birdjepa.evaluate.runner
 import birdjepa.export
 import birdjepa.models
@@ -236,7 +236,7 @@ def test_init_encoder_from_an_export_directory(run_dir, tmp_path):
 def test_evaluate_takes_an_export_directory(run_dir, tmp_path):
     out = tmp_path / "my-export"
     birdjepa.models.artifact.export(run_dir, out)
-    cfg = birdjepa.evaluate.config.EvalConfig(encoders=(str(run_dir), str(out)))
+    cfg = birdjepa.evaluate.eval_config.EvalConfig(encoders=(str(run_dir), str(out)))
     one, two = birdjepa.evaluate.runner.load_encoders(cfg)
     assert (one.name, two.name) == ("run", "my-export") and one.digest != two.digest
     assert two.run_dir == str(out.resolve()) and two.step == -1

@@ -22,7 +22,7 @@ import birdjepa.demo_data.birdset as birdset
 import birdjepa.evaluate
 import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.cli
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.probes as probes
 import birdjepa.launch.sweep
 import birdjepa.models.detect
@@ -106,10 +106,10 @@ def test_predict_reads_relative_paths_with_audio_root(run_dir, moved, tmp_path, 
     assert got["row"].to_pylist() == [0, 1, 2, 3]
 
 
-def _eval_cfg(moved, tmp_path, **kw) -> config.EvalConfig:
+def _eval_cfg(moved, tmp_path, **kw) -> eval_config.EvalConfig:
     (tmp_path / "tiny.toml").write_text(tiny.tiny_toml("x", n_steps=1))
     kw = {"train_shards": moved["train"], "train_label_column": "ebird_code", **kw}
-    return config.EvalConfig(
+    return eval_config.EvalConfig(
         random=(str(tmp_path / "tiny.toml"),), probes=("knn",), shots=(0,), seeds=(0,),
         n_boot=100, probe=probes.ProbeConfig(min_steps=1, epochs=1),
         out_dir=str(tmp_path / "out"), **kw)
@@ -129,8 +129,8 @@ name = "DEMO"
 test_shards = "{moved['test_5s']}"
 path_map = {{"{moved['old']}" = "{moved['new']}"}}
 """)
-    cfg = config.load(str(toml))
-    (ts,) = config.test_sets(cfg)
+    cfg = eval_config.load(str(toml))
+    (ts,) = eval_config.test_sets(cfg)
     assert ts.path_map == {f"{moved['old']}/downloads/extracted/none": "/nowhere",
                            moved["old"]: moved["new"]}  # the top level's, then its own
     cfg = _eval_cfg(moved, tmp_path, test_sets=cfg.test_sets, path_map=cfg.path_map)
@@ -150,20 +150,20 @@ path_map = {{"{moved['old']}" = "{moved['new']}"}}
     assert moved["old"] in line and "--path_map OLD=NEW" in line
     assert embed_calls["encode"] == 2  # nothing more was embedded
     # The command line's --path_map applies to every test set: the checks pass.
-    cfg = config.cli(base + ["--path_map", f"{moved['old']}={moved['new']}"])
+    cfg = eval_config.cli(base + ["--path_map", f"{moved['old']}={moved['new']}"])
     (plan,) = checks.build(cfg)
     assert plan.spec.path_map == {moved["old"]: moved["new"]} and len(plan.y_test) == 4
 
 
 def test_evaluate_audio_root_for_relative_paths(moved, tmp_path, capsys):
-    cfg = _eval_cfg(moved, tmp_path, test_sets=(config.TestSet("REL", moved["rel"]),),
+    cfg = _eval_cfg(moved, tmp_path, test_sets=(eval_config.TestSet("REL", moved["rel"]),),
                     train_shards=moved["rel"], train_label_column="label",
                     test_label_column="label")
     with pytest.raises(birdjepa.config.ConfigError, match=r"config key 'audio_root': .*3 of 3 "
                        r"missing.*stores 'extracted/\w+/DMO_\w+\.ogg'.*audio_root = DIR"):
         checks.build(cfg)
     # The test set's own audio_root fixes both of its splits (here the same shard).
-    own = config.TestSet("REL", moved["rel"], audio_root=moved["rel_root"])
+    own = eval_config.TestSet("REL", moved["rel"], audio_root=moved["rel_root"])
     (plan,) = checks.build(dataclasses.replace(cfg, test_sets=(own,)))
     assert plan.spec.audio_root == moved["rel_root"] and len(plan.y_test) == 3
     # The top-level one (--audio_root) is every test set's that leaves it out.
@@ -195,7 +195,7 @@ def test_help_names_the_moved_data_options(capsys):
         text = capsys.readouterr().out
         assert "--audio_root" in text and "--path_map OLD=NEW" in text and "--max_audio_mb" in text
     with pytest.raises(SystemExit):
-        config.cli(["--help"])
+        eval_config.cli(["--help"])
     text = capsys.readouterr().out
     assert "--audio_root" in text and "--path_map OLD=NEW" in text
 

@@ -16,7 +16,7 @@ import pytest
 import tiny
 
 import birdjepa.config as config
-import birdjepa.data.config
+import birdjepa.data.loader_config
 import birdjepa.runtime.preemption
 import birdjepa.runtime.rundir
 
@@ -154,10 +154,10 @@ def test_second_ctrl_c_aborts_at_once():
 
 def test_auto_loader_workers_follow_the_cpus_this_process_may_use(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))  # --cpus-per-task 16
-    assert birdjepa.data.config.resolve_workers("auto") == 16  # all of them: measured best
+    assert birdjepa.data.loader_config.resolve_workers("auto") == 16  # all of them: measured best
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert birdjepa.data.config.resolve_workers("auto") == 2
-    assert birdjepa.data.config.resolve_workers(5) == 5
+    assert birdjepa.data.loader_config.resolve_workers("auto") == 2
+    assert birdjepa.data.loader_config.resolve_workers(5) == 5
     assert config.Config().data.n_workers == "auto"
 
 

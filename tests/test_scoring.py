@@ -132,11 +132,11 @@ def _scores_from_predict(csv, n_rows: int, classes) -> np.ndarray:
 
 def test_a_heads_cmap_equals_the_metric_of_predicts_own_table(birdset_head, tmp_path):
     import birdjepa.evaluate
-    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.eval_config as eval_config
     import birdjepa.evaluate.metrics as metrics
 
     b = birdset_head
-    got = birdjepa.evaluate.run(config.EvalConfig(
+    got = birdjepa.evaluate.run(eval_config.EvalConfig(
         heads=(str(b["run"]),), test_shards=b["test_5s"], test_name="demo", n_boot=100,
         out_dir=str(tmp_path / "eval")), verbose=False)
     rows = {r["metric"]: r for r in got["rows"]}
@@ -173,7 +173,7 @@ def test_classes_missing_on_either_side_are_reported_and_the_rest_scored(birdset
     import datasets
 
     import birdjepa.evaluate
-    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.eval_config as eval_config
 
     b = birdset_head
     src = table.read(b["test_5s"], table.column_names(b["test_5s"]))
@@ -184,7 +184,7 @@ def test_classes_missing_on_either_side_are_reported_and_the_rest_scored(birdset
     datasets.Dataset(src.cast(feats.arrow_schema).replace_schema_metadata(None),
                      ).cast(feats).save_to_disk(str(tmp_path / "renamed"))
     with pytest.warns(RuntimeWarning) as caught:
-        got = birdjepa.evaluate.run(config.EvalConfig(
+        got = birdjepa.evaluate.run(eval_config.EvalConfig(
             heads=(str(b["run"]),), test_shards=str(tmp_path / "renamed"), test_name="r",
             n_boot=100, out_dir=str(tmp_path / "eval")), verbose=False)
     said = " ".join(str(w.message) for w in caught)
@@ -271,14 +271,14 @@ def test_thresholds_reach_their_target_are_saved_exported_and_used_by_predict(
     import shutil
 
     import birdjepa.evaluate
-    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.eval_config as eval_config
     import birdjepa.models
     import birdjepa.models.thresholds as thresholds
 
     b = birdset_head
     run = tmp_path_factory.mktemp("calibrated") / "run"
     shutil.copytree(b["run"], run)
-    got = birdjepa.evaluate.run(config.EvalConfig(
+    got = birdjepa.evaluate.run(eval_config.EvalConfig(
         heads=(str(run),), test_shards=b["test_5s"], test_name="val", n_boot=100,
         calibrate="precision=0.6", out_dir=str(tmp_path / "eval")), verbose=False)
     saved = thresholds.load(run / thresholds.FILE)
@@ -517,14 +517,14 @@ def test_evaluate_refuses_centre_windows_on_a_split_of_windows(run_dir, annotate
     silently. It is a ConfigError naming the key and the first row; "columns" is right."""
     import birdjepa.config
     import birdjepa.evaluate
-    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.eval_config as eval_config
 
     common = dict(heads=(str(run_dir),), test_shards=str(annotated / "windows"),
                   test_label_column="ebird_code_multilabel", n_boot=100)
     with pytest.raises(birdjepa.config.ConfigError,
                        match=r"config key 'segment': expected \"columns\" .* got \"centre\" "
                              r"\(row 0: \[0, 5\] s of a 12 s recording\)"):
-        birdjepa.evaluate.run(config.EvalConfig(**common, out_dir=str(tmp_path / "a")),
+        birdjepa.evaluate.run(eval_config.EvalConfig(**common, out_dir=str(tmp_path / "a")),
                               verbose=False)
     assert not (tmp_path / "a").exists()
 
@@ -534,14 +534,14 @@ def test_calibration_never_replaces_a_users_thresholds_file(birdset_head, tmp_pa
     the model's directory gets none either."""
     import birdjepa.config
     import birdjepa.evaluate
-    import birdjepa.evaluate.config as config
+    import birdjepa.evaluate.eval_config as eval_config
 
     b = birdset_head
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "thresholds.json").write_text('{"mine": 1}')
     with pytest.raises(birdjepa.config.ConfigError, match="holding thresholds.json that "
                        "evaluate did not write"):
-        birdjepa.evaluate.run(config.EvalConfig(
+        birdjepa.evaluate.run(eval_config.EvalConfig(
             heads=(str(b["run"]),), test_shards=b["test_5s"], n_boot=100, calibrate="f1",
             out_dir=str(tmp_path / "eval")), verbose=False)
     assert (tmp_path / "eval" / "thresholds.json").read_text() == '{"mine": 1}'

@@ -18,7 +18,7 @@ import birdjepa.data.from_files
 import birdjepa.data.paths as paths
 import birdjepa.data.sources
 import birdjepa.evaluate.checks as checks
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.models.failures
 import birdjepa.models.inference as inference
 import birdjepa.sources
@@ -101,7 +101,7 @@ def test_embed_skips_them_counted_and_named(files, tmp_path):
 
 def test_evaluate_names_them_before_embedding(files, tmp_path, embed_calls):
     src = shard(tmp_path / "src", ["real", "zero"], files)
-    cfg = config.EvalConfig(random=("x.toml",), train_shards=src, test_shards=src,
+    cfg = eval_config.EvalConfig(random=("x.toml",), train_shards=src, test_shards=src,
                             train_label_column="label", test_label_column="label")
     t0 = time.monotonic()
     with pytest.raises(birdjepa.config.ConfigError, match=r"config key 'test_shards': expected "

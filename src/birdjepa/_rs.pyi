@@ -106,7 +106,7 @@ class Loader:
 
     def __init__(self, dataset: Dataset, config: str, *, start_step: int) -> None:
         """`config`: JSON of birdjepa.data.LoaderConfig plus the run arguments
-        (birdjepa.data.config.rust_json; unknown names are a BadArgumentError)."""
+        (birdjepa.data.loader_config.rust_json; unknown names are a BadArgumentError)."""
     def next(
         self,
     ) -> tuple[int, dict[str, np.ndarray], list[tuple[int, int, int, str, str]],

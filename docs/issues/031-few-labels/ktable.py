@@ -14,6 +14,13 @@ interval, from the results `make ssl-demo` writes:
   weight W, default 1), probed under the protocol on the same k rows. One number per seed; the
   cell shows the mean over the seeds present and their min-max.
 
+* runs/eval-fs/lf-sT and runs/eval-all/lf-sT (T = 1, 2): label-free LeJEPA trained with seed T
+  (runs/demo-lejepa-sT), evaluated like runs/demo-lejepa (seed 0) above: the "3 training
+  seeds" column pools the three, its interval the min-max of the training seeds' means;
+* runs/eval-fs/ftp-lr3e-4-k<K>-s<S>: fine-tuned like ft-lr3e-4 but from the label-free encoder
+  of training seed S - 1 (runs/demo-lejepa-s<S-1>; S = 1 is ft-lr3e-4's, from seed 0), so
+  that pretraining varies with the seed too.
+
 The best probe is picked per cell by its mean (on the test split, as every "best probe" column
 of the field's tables is): read the probe beside the number.
     python docs/issues/031-few-labels/ktable.py [--metric cmap] [--runs runs]
@@ -30,6 +37,7 @@ KS = ("1", "5", "10", "all")
 NAMES = {"sup": "supervised on these k labels",
          "ft-lr3e-4": "label-free, then fine-tuned on them (lr 3e-4)",
          "ft-lr3e-3": "label-free, then fine-tuned on them (lr 3e-3)",
+         "ftp-lr3e-4": "label-free (training seed S - 1), then fine-tuned on them (lr 3e-4)",
          "semi": "LeJEPA + k labels (weight 1)"}
 
 
@@ -54,7 +62,10 @@ def best_group(rows: list[dict], encoder: str | None, k: str, metric: str) -> st
 def matched(runs: pathlib.Path, kind: str, k: str, metric: str) -> str:
     """Mean over seeds of the best probe (by its mean over those seeds) of the matched runs."""
     per_probe: dict[str, list[float]] = {}
-    for d in sorted((runs / "eval-fs").glob(f"{kind}-k{k}-s*")):
+    dirs = sorted((runs / "eval-fs").glob(f"{kind}-k{k}-s*"))
+    if kind.startswith("ftp-"):  # seed 1 fine-tunes the seed-0 encoder: ft-'s own run
+        dirs += sorted((runs / "eval-fs").glob(f"ft-{kind[4:]}-k{k}-s1"))
+    for d in dirs:
         for r in _read(d):
             if str(r["k"]) == k and r["metric"] == metric:
                 per_probe.setdefault(r["probe"], []).append(r["value"])
@@ -63,6 +74,32 @@ def matched(runs: pathlib.Path, kind: str, k: str, metric: str) -> str:
     probe, vals = max(per_probe.items(), key=lambda pv: statistics.mean(pv[1]))
     span = f"min-max [{min(vals):.3f}, {max(vals):.3f}]" if len(vals) > 1 else "one seed"
     return f"{statistics.mean(vals):.3f} {span} ({probe}, {len(vals)} seeds)"
+
+
+def label_free_seeds(runs: pathlib.Path, few: list[dict], full: list[dict], k: str,
+                     metric: str) -> str:
+    """The label-free encoder over its 3 training seeds: per probe the mean of every (training
+    seed, sampling or probe seed) value, the best probe by it, and the min-max of the three
+    training seeds' means."""
+    sources = [(full if k == "all" else few, "demo-lejepa")] + [
+        (_read(runs / ("eval-all" if k == "all" else "eval-fs") / f"lf-s{t}"),
+         f"demo-lejepa-s{t}") for t in (1, 2)]
+    per_probe: dict[str, list[list[float]]] = {}
+    for rows, name in sources:
+        got: dict[str, list[float]] = {}
+        for r in rows:
+            if r["encoder"] == name and str(r["k"]) == k and r["metric"] == metric:
+                got.setdefault(r["probe"], []).append(r["value"])
+        for probe, vals in got.items():
+            per_probe.setdefault(probe, []).append(vals)
+    per_probe = {p: v for p, v in per_probe.items() if len(v) == 3}
+    if not per_probe:
+        return "-"
+    probe, seeds = max(per_probe.items(),
+                       key=lambda pv: statistics.mean(x for v in pv[1] for x in v))
+    means = [statistics.mean(v) for v in seeds]
+    return (f"{statistics.mean(x for v in seeds for x in v):.3f} min-max [{min(means):.3f}, "
+            f"{max(means):.3f}] ({probe}, 3 training seeds)")
 
 
 def main() -> None:
@@ -74,7 +111,7 @@ def main() -> None:
     full = _read(a.runs / "eval-demo")
     kinds = sorted({re.sub(r"-k\d+-s\d+$", "", d.name) for d in (a.runs / "eval-fs").glob("*")
                     if re.search(r"-k\d+-s\d+$", d.name)}, key=lambda n: (n != "sup", n))
-    head = ["k", "label-free LeJEPA (frozen)",
+    head = ["k", "label-free LeJEPA (frozen)", "label-free LeJEPA (frozen, 3 training seeds)",
             *[NAMES.get(n, n.replace("semi-w", "LeJEPA + k labels (weight ") + ")")
               for n in kinds], "supervised on all labels"]
     print(f"**{a.metric} on the demo soundscapes, best probe per cell; k = 1, 5, 10 under "
@@ -85,6 +122,7 @@ def main() -> None:
     for k in KS:
         src = full if k == "all" else few
         row = [k, best_group(src, "demo-lejepa", k, a.metric),
+               label_free_seeds(a.runs, few, full, k, a.metric),
                *[(best_group(_read(a.runs / "eval-fs" / f"{n}-all"), None, k, a.metric)
                   if k == "all" else matched(a.runs, n, k, a.metric)) for n in kinds],
                best_group(src, "demo", k, a.metric)]

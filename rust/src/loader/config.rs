@@ -15,7 +15,7 @@ pub enum Mode {
 
 /// Every loader setting and run argument. Declared twice, each side in its own types: here and in
 /// `birdjepa.data.LoaderConfig` (the settings, with the docstrings users read) plus the Loader's
-/// run arguments (`RUN_ARGS` in src/birdjepa/data/config.py); a test asserts the same names and
+/// run arguments (`RUN_ARGS` in src/birdjepa/data/loader_config.py); a test asserts the same names and
 /// defaults. Checked once, here: [`LoaderConfig::from_json`] the types,
 /// [`LoaderConfig::check_settings`] every rule of a setting (Python's `LoaderConfig.check` calls
 /// it through `_rs.check_loader_settings`), [`LoaderConfig::validate`] those of the run and the

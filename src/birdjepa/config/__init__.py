@@ -23,7 +23,7 @@ import birdjepa.config.cluster as cluster
 import birdjepa.config.keys as keys
 import birdjepa.config.losses as losses
 import birdjepa.config.optimizer as optimizer
-import birdjepa.data.config
+import birdjepa.data.loader_config
 import birdjepa.data.sources
 
 
@@ -33,7 +33,7 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class DataConfig(birdjepa.data.config.LoaderConfig):
+class DataConfig(birdjepa.data.loader_config.LoaderConfig):
     """The `data` section: every loader setting (birdjepa.data.LoaderConfig: declared, defaulted,
     documented and checked there) plus the keys only training needs. The run passes this section
     to the loaders as it is (birdjepa.train.loaders.make_loaders)."""

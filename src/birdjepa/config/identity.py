@@ -2,7 +2,7 @@
 resume's refusal) and which do not, the values a key added later had before it existed (LEGACY,
 ADDED_DATA_KEYS), and the upgrade of a saved config dict (a run's config.toml, a checkpoint's
 metadata) to today's schema. The schema itself is birdjepa.config; the loader's resampler rule is
-birdjepa.data.config.saved_resampler."""
+birdjepa.data.loader_config.saved_resampler."""
 
 import dataclasses
 import hashlib
@@ -12,7 +12,7 @@ import typing
 import birdjepa.config
 import birdjepa.config.architecture as architecture
 import birdjepa.config.losses as losses
-import birdjepa.data.config
+import birdjepa.data.loader_config
 
 Config = birdjepa.config.Config
 ConfigError = birdjepa.config.ConfigError
@@ -23,7 +23,7 @@ NOT_SHAPING = (
     "ckpt_keep", "wandb", "max_nonfinite", "distributed", "data.eval_shards",
     "data.eval_label_column", "data.eval_batch_size", "peak_tflops", "compile_cache", "model.remat",
     "model.attention", "model.scan_layers",
-    *(f"data.{f.name}" for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)
+    *(f"data.{f.name}" for f in dataclasses.fields(birdjepa.data.loader_config.LoaderConfig)
       if not f.metadata.get("shapes_stream", True)),
 )
 """Config keys that change neither the model nor the training stream: a checkpoint written under
@@ -73,7 +73,7 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, typing.Any]:
     return out
 
 
-LEGACY = {**architecture.LEGACY, "data.resampler": birdjepa.data.config.LEGACY_RESAMPLER,
+LEGACY = {**architecture.LEGACY, "data.resampler": birdjepa.data.loader_config.LEGACY_RESAMPLER,
           "objective.supervised.mix": 0.0,
           **{f"objective.supervised.augment.{f.name}": f.default
              for f in dataclasses.fields(losses.AugmentConfig)},
@@ -102,14 +102,14 @@ def _with_legacy(flat: dict) -> dict:
 def with_resampler(cfg: Config, saved: dict | None) -> Config:
     """`cfg` with an unset (None) data.resampler resolved: the filter of the run `saved` (its
     config dict, from a checkpoint or run_dir/config.toml; one that names none was saved before
-    the setting existed and used birdjepa.data.config.LEGACY_RESAMPLER), or for a new run
+    the setting existed and used birdjepa.data.loader_config.LEGACY_RESAMPLER), or for a new run
     (`saved` None) the default. So an old run resumes with its filter, a new one gets the new
     filter, and an explicit value stays (a resume then compares it with the saved one)."""
     if cfg.data.resampler is not None:
         return cfg
     data = None if saved is None else saved.get("data") if isinstance(saved.get("data"), dict) \
         else {}
-    value = birdjepa.data.config.saved_resampler(None, data)
+    value = birdjepa.data.loader_config.saved_resampler(None, data)
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, resampler=value))
 
 
@@ -135,7 +135,7 @@ def config_hash(cfg: dict, *, ignore: typing.Iterable[str] = NOT_SHAPING) -> str
     """A stable hash of the config fields that shape the model or the data stream; loader
     settings added later (ADDED_DATA_KEYS) count only away from their defaults, and fields
     added later (LEGACY) only away from their legacy values."""
-    defaults = birdjepa.data.config.LoaderConfig()
+    defaults = birdjepa.data.loader_config.LoaderConfig()
     flat = {k: v for k, v in flatten(cfg).items() if not _ignored(k, ignore)
             and not _legacy_default(k, v)
             and not (k.removeprefix("data.") in ADDED_DATA_KEYS

@@ -6,14 +6,14 @@
 None of these modules imports JAX.
 """
 
-import birdjepa.data.config as config
 import birdjepa.data.loader as loader
+import birdjepa.data.loader_config as loader_config
 import birdjepa.data.quality as quality
 import birdjepa.data.sources as sources  # noqa: F401  (birdjepa.data.sources)
 
-DEFAULT_MEAN = config.DEFAULT_MEAN
-DEFAULT_STD = config.DEFAULT_STD
-LoaderConfig = config.LoaderConfig
+DEFAULT_MEAN = loader_config.DEFAULT_MEAN
+DEFAULT_STD = loader_config.DEFAULT_STD
+LoaderConfig = loader_config.LoaderConfig
 Loader = loader.Loader
 _DebugLoader = loader._DebugLoader
 resolve_shards = loader.resolve_shards

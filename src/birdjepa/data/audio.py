@@ -38,7 +38,7 @@ RESAMPLERS: dict[str, str] = {
 """The resampling filters by name (`resampler=`, the loader's `resampler` setting, an export's
 input settings), each in words a user of another framework can follow."""
 DEFAULT_RESAMPLER = _rs.DEFAULT_RESAMPLER
-"""soxr HQ's response: what the field resamples with (as birdjepa.data.config's)."""
+"""soxr HQ's response: what the field resamples with (as birdjepa.data.loader_config's)."""
 LEGACY_RESAMPLER = _rs.LEGACY_RESAMPLER
 """The filter of runs, loader states and exports saved before the name was recorded."""
 FBANK_DEFAULTS = {"frame_length_ms": 25.0, "frame_shift_ms": 10.0, "round_to_power_of_two": True,

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import birdjepa.data.config
+import birdjepa.data.loader_config
 
 FRAME_LENGTH_MS = 25.0
 FRAME_SHIFT_MS = 10.0
@@ -254,8 +254,8 @@ def views(feats_bfm, offset_vb, keep_vb, *, n_frames: int, mean: float, std: flo
                          f"{keep_vb.shape}")
     if isinstance(n_frames, bool) or not isinstance(n_frames, numbers.Integral) or n_frames < 1:
         raise ValueError(f"n_frames: expected a positive int, got {n_frames!r}")
-    if pad not in birdjepa.data.config.PADS:
-        raise ValueError(f"pad: expected one of {', '.join(birdjepa.data.config.PADS)}, "
+    if pad not in birdjepa.data.loader_config.PADS:
+        raise ValueError(f"pad: expected one of {', '.join(birdjepa.data.loader_config.PADS)}, "
                          f"got {pad!r}")
     if not (isinstance(mean, numbers.Real) and math.isfinite(mean)):
         raise ValueError(f"mean: expected a finite number, got {mean!r}")

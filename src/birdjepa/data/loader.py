@@ -50,7 +50,7 @@ import ml_dtypes
 
 import birdjepa._rs
 import birdjepa.common.errors as errors
-import birdjepa.data.config
+import birdjepa.data.loader_config
 import birdjepa.data.pack_dst as pack_dst
 import birdjepa.data.sources as sources
 
@@ -138,16 +138,16 @@ def label_problem(label_range: dict | None, n_classes: int) -> str | None:
             f"{row} (labels span {lo}..{v})")
 
 
-def _make_config(config: birdjepa.data.config.LoaderConfig | None, settings: dict
-                 ) -> birdjepa.data.config.LoaderConfig:
-    names = {f.name for f in dataclasses.fields(birdjepa.data.config.LoaderConfig)}
+def _make_config(config: birdjepa.data.loader_config.LoaderConfig | None, settings: dict
+                 ) -> birdjepa.data.loader_config.LoaderConfig:
+    names = {f.name for f in dataclasses.fields(birdjepa.data.loader_config.LoaderConfig)}
     unknown = sorted(set(settings) - names)
     if unknown:
-        known = sorted(names | set(birdjepa.data.config.RUN_ARGS))
+        known = sorted(names | set(birdjepa.data.loader_config.RUN_ARGS))
         raise TypeError(f"Loader got unexpected settings {unknown}; known: {known}")
     if config is not None and settings:
         return dataclasses.replace(config, **settings)
-    return config if config is not None else birdjepa.data.config.LoaderConfig(**settings)
+    return config if config is not None else birdjepa.data.loader_config.LoaderConfig(**settings)
 
 
 class Loader:
@@ -177,7 +177,7 @@ class Loader:
     def __init__(self, shards, *, batch_size: int, mode: str = "train", seed: int = 0,
                  process_index: int = 0, process_count: int = 1, n_classes: int = 0,
                  split: str | None = None, state: dict | None = None,
-                 config: birdjepa.data.config.LoaderConfig | None = None, transform: str = "audio",
+                 config: birdjepa.data.loader_config.LoaderConfig | None = None, transform: str = "audio",
                  debug_delay_s: float = 0.0, batch_dtype: str = "float32", **settings):
         self._core = None
         self._open_checked(shards, split, config, settings, mode=mode, transform=transform,
@@ -202,7 +202,7 @@ class Loader:
         stream's config, fingerprint and the JSON the Rust core runs with. An unset
         `resampler` is resolved here: `state`'s (the stream it resumes), else the default."""
         cfg = _make_config(config, settings)
-        cfg = self.cfg = dataclasses.replace(cfg, resampler=birdjepa.data.config.resolve_resampler(cfg, state))
+        cfg = self.cfg = dataclasses.replace(cfg, resampler=birdjepa.data.loader_config.resolve_resampler(cfg, state))
         if transform in TEST_TRANSFORMS and transform not in self._TEST_TRANSFORMS:
             raise errors.BadArgumentError(
                 f"bad argument transform: expected \"audio\", got {transform!r} (a test-only "
@@ -213,7 +213,7 @@ class Loader:
                 "process_index": process_index, "process_count": process_count,
                 "transform": transform, "debug_delay_s": debug_delay_s,
                 "batch_dtype": batch_dtype}
-        opening = birdjepa.data.config.rust_json(cfg, args)
+        opening = birdjepa.data.loader_config.rust_json(cfg, args)
         birdjepa._rs.check_loader_settings(opening)
         self.mode, self.batch_size, self.seed = mode, int(batch_size), int(seed)
         self.process_index, self.process_count = int(process_index), int(process_count)
@@ -237,7 +237,7 @@ class Loader:
         self.fingerprint = hashlib.sha256(
             json.dumps(self.config, sort_keys=True).encode()
         ).hexdigest()[:16]
-        self._json = birdjepa.data.config.rust_json(cfg, {
+        self._json = birdjepa.data.loader_config.rust_json(cfg, {
             **run, "process_index": self.process_index, "process_count": self.process_count,
             "n_classes": stream_classes, "debug_delay_s": self.debug_delay_s,
             "batch_dtype": batch_dtype, "wave_dtype": self.wave_dtype})
@@ -425,7 +425,7 @@ class _DebugLoader(Loader):
     _TEST_TRANSFORMS = ("debug",)
 
 
-def trial(shards, *, config: birdjepa.data.config.LoaderConfig, mode: str, batch_size: int,
+def trial(shards, *, config: birdjepa.data.loader_config.LoaderConfig, mode: str, batch_size: int,
           n_classes: int = 0) -> dict:
     """Decode the first `config.failure_window` samples of `shards` as a run's `mode` loader
     does and judge them by `config.max_failure_fraction` (birdjepa.TooManyFailuresError, as the

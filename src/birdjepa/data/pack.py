@@ -42,8 +42,8 @@ import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.data.audio
-import birdjepa.data.config as config
 import birdjepa.data.ipc
+import birdjepa.data.loader_config as loader_config
 import birdjepa.data.pack_dst as pack_dst
 import birdjepa.data.paths as paths
 
@@ -312,7 +312,7 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
     """Pack the Arrow `files` (`birdjepa.data.resolve_shards(...)`) into `dst`, the audio as it
     is (`codec` "copy") or re-encoded as "wav" or "flac" (16-bit) at `sample_rate` (None: each
     recording's own) with the filter `resampler` (None: a pack being resumed keeps its own, a
-    plan saved before the setting existed meaning birdjepa.data.config.LEGACY_RESAMPLER; a new
+    plan saved before the setting existed meaning birdjepa.data.loader_config.LEGACY_RESAMPLER; a new
     pack the default); returns {"dst", "shards", "n_rows", "bytes", "seconds", "skipped" (shards
     already done), "kept" ((where, error) of recordings that could not be re-encoded),
     "damaged" ((where, message) of recordings whose data stopped early: re-encoded with what
@@ -324,9 +324,9 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
             f"bad argument codec, sample_rate: expected copy (no rate: the bytes are kept as "
             f"they are) or wav/flac with no rate or one in [1000, 384000] Hz, got {codec!r}, "
             f"{sample_rate}")
-    if resampler is not None and resampler not in config.RESAMPLERS:
+    if resampler is not None and resampler not in loader_config.RESAMPLERS:
         raise errors.BadArgumentError(
-            f"bad argument resampler: expected one of {', '.join(config.RESAMPLERS)}, got "
+            f"bad argument resampler: expected one of {', '.join(loader_config.RESAMPLERS)}, got "
             f"{resampler!r}")
     recode = None if codec == "copy" else birdjepa.data.audio.Recoder(codec, sample_rate)
     src = Source(files, audio_column, audio_root, path_map)
@@ -348,7 +348,7 @@ def pack(files: list[str], dst: str, *, shard_mb: float = 500.0, workers: int = 
                 os.remove(os.path.join(dst, left))
         if recode is not None and sample_rate is not None:
             recode.resampler = pack_dst.plan_resampler(dst, resampler)
-            if recode.resampler != config.LEGACY_RESAMPLER:  # old plans: the legacy one
+            if recode.resampler != loader_config.LEGACY_RESAMPLER:  # old plans: the legacy one
                 want["resampler"] = recode.resampler
         pack_dst.check_plan(dst, want)
         outputs.write_json(os.path.join(dst, pack_dst.PLAN), want)
@@ -419,9 +419,9 @@ def add_options(p: cli_args.Parser) -> cli_args.Parser:
                    help="copy the audio bytes, or re-encode each recording as 16-bit mono")
     p.add_argument("--sample_rate", type=cli_args.converter(int), default=None, help="with "
                    "--codec wav/flac: resample each recording to this rate (the model's) once")
-    p.add_argument("--resampler", default=None, choices=list(config.RESAMPLERS),
+    p.add_argument("--resampler", default=None, choices=list(loader_config.RESAMPLERS),
                    help="with --sample_rate: the filter (default: a resumed pack's own, else "
-                   f"{config.DEFAULT_RESAMPLER}, soxr HQ's response)")
+                   f"{loader_config.DEFAULT_RESAMPLER}, soxr HQ's response)")
     return p
 
 

@@ -10,7 +10,7 @@ import threading
 
 import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
-import birdjepa.data.config as config
+import birdjepa.data.loader_config as loader_config
 
 PLAN = "pack-plan.json"
 MANIFEST = "pack-manifest.json"
@@ -83,9 +83,9 @@ def plan_resampler(dst: str, resampler: str | None) -> str:
     being resumed there, or none (a new pack)."""
     path = os.path.join(dst, PLAN)
     if resampler is not None or not os.path.exists(path):
-        return config.saved_resampler(resampler, None)
+        return loader_config.saved_resampler(resampler, None)
     with open(path) as f:
-        return config.saved_resampler(None, json.load(f))
+        return loader_config.saved_resampler(None, json.load(f))
 
 
 def check_plan(dst: str, want: dict) -> None:

@@ -23,7 +23,7 @@ def __getattr__(name: str):
 
         return birdjepa.evaluate.runner.run
     if name == "EvalConfig":
-        import birdjepa.evaluate.config
+        import birdjepa.evaluate.eval_config
 
-        return birdjepa.evaluate.config.EvalConfig
+        return birdjepa.evaluate.eval_config.EvalConfig
     raise AttributeError(f"module 'birdjepa.evaluate' has no attribute {name!r}")

@@ -27,9 +27,9 @@ import time
 import numpy as np
 
 import birdjepa.common.outputs as outputs
-import birdjepa.data.config
+import birdjepa.data.loader_config
 import birdjepa.data.table as table
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.external as external
 import birdjepa.evaluate.progress as progress
 import birdjepa.models.inference as inference
@@ -38,7 +38,7 @@ CACHE_VERSION = 2
 """Part of every cache key; bump it when `embed` changes what it computes."""
 
 
-def windows(enc, cfg: config.EvalConfig, role: str) -> inference.Windows:
+def windows(enc, cfg: eval_config.EvalConfig, role: str) -> inference.Windows:
     """Training windows (centre crop or sliding) or test windows (one centre window per
     segment) for an encoder's input shape."""
     audio = enc.audio or inference.as_model(enc.model).audio  # every setting from the model
@@ -50,11 +50,11 @@ def windows(enc, cfg: config.EvalConfig, role: str) -> inference.Windows:
                                    centre=cfg.train_windows == "centre")
 
 
-def pool_of(enc, cfg: config.EvalConfig) -> str:
+def pool_of(enc, cfg: eval_config.EvalConfig) -> str:
     return enc.model.cfg.pool if cfg.pool == "encoder" else cfg.pool
 
 
-def layers_of(enc, cfg: config.EvalConfig) -> tuple[int, ...]:
+def layers_of(enc, cfg: eval_config.EvalConfig) -> tuple[int, ...]:
     """The blocks the multilayer probe reads for `enc` (cfg.layers resolved against its depth,
     each block once, in order); () when no multilayer probe is asked for."""
     if "multilayer" not in cfg.probes:
@@ -72,7 +72,7 @@ def cache_key(enc, source, w: inference.Windows, pool: str, audio_column: str,
         "version": CACHE_VERSION, "encoder": enc.digest, "model": repr(enc.model.cfg),
         "windows": {k: v for k, v in dataclasses.asdict(w).items()  # keys of old caches kept
                     if (k, v) not in (("pad", "zero"),
-                                      ("resampler", birdjepa.data.config.LEGACY_RESAMPLER))},
+                                      ("resampler", birdjepa.data.loader_config.LEGACY_RESAMPLER))},
         "pool": pool, "audio_column": audio_column,
         "data": data_fp, **({"files": files} if files else {}),
         **({"layers": list(layers)} if layers else {})}, sort_keys=True, default=str)
@@ -109,7 +109,7 @@ def _save(path: pathlib.Path, arrays: dict[str, np.ndarray]) -> None:
         np.savez(f, **arrays)
 
 
-def files(spec: config.TestSet) -> dict:
+def files(spec: eval_config.TestSet) -> dict:
     """A resolved test set's path-only audio settings ({} when it sets none)."""
     return {k: v for k, v in (("audio_root", spec.audio_root), ("path_map", spec.path_map))
             if v}
@@ -148,7 +148,7 @@ def _embed_split(encoders, source, role: str, n_rows: int, cfg, cache_dir: pathl
     return out
 
 
-def embed_all(encoders, plans, cfg: config.EvalConfig, cache_dir: pathlib.Path, *,
+def embed_all(encoders, plans, cfg: eval_config.EvalConfig, cache_dir: pathlib.Path, *,
               verbose: bool = True) -> dict[tuple[str, str, str], dict]:
     """{(encoder, "train" | "test", test set name): arrays "pooled", "patches", "row",
     "start_s"}; each distinct split is embedded once per encoder (its features held only

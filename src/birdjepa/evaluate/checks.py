@@ -24,7 +24,7 @@ import pyarrow as pa
 import birdjepa.config
 import birdjepa.data.fewshot as fewshot
 import birdjepa.data.table as table
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.models.recordings as recordings
 
 
@@ -32,7 +32,7 @@ import birdjepa.models.recordings as recordings
 class TestSetPlan:
     """One test set, checked: labels by row id in its class order, few-shot subsets."""
 
-    spec: config.TestSet
+    spec: eval_config.TestSet
     classes: tuple[str, ...]
     """The class list every metric is computed over (its ClassLabel names)."""
     y_train: np.ndarray
@@ -65,7 +65,7 @@ def _columns(source, key: str, need: list[tuple[str, str]], fail: _Fail) -> None
             raise fail(col_key, f"a column of {source} (one of {cols})", repr(col))
 
 
-def _audio_files(cfg: config.EvalConfig, ts: config.TestSet, key: str, fail: _Fail) -> None:
+def _audio_files(cfg: eval_config.EvalConfig, ts: eval_config.TestSet, key: str, fail: _Fail) -> None:
     """Every path-only row of split `key` names a regular audio file once resolved with the
     test set's audio_root / path_map (as the embedding reads it): a missing one names the
     setting that fixes it."""
@@ -112,7 +112,7 @@ def _hot(t: pa.Table, column: str, n: int, key: str, fail: _Fail) -> np.ndarray:
     return table.multi_hot(t, column, n)
 
 
-def _class_lists(ts: config.TestSet, tr: pa.Table, te: pa.Table, fail: _Fail):
+def _class_lists(ts: eval_config.TestSet, tr: pa.Table, te: pa.Table, fail: _Fail):
     """(classes, y_train, y_test): names matched by name where both splits have them."""
     test_names = table.class_names(ts.test_shards, ts.test_label_column)
     train_names = table.class_names(ts.train_shards, ts.train_label_column)
@@ -135,7 +135,7 @@ def _class_lists(ts: config.TestSet, tr: pa.Table, te: pa.Table, fail: _Fail):
     return classes, y_all[:, [train_names.index(c) for c in classes]], y_test
 
 
-def _subsets(cfg: config.EvalConfig, ts: config.TestSet, y_train, classes,
+def _subsets(cfg: eval_config.EvalConfig, ts: eval_config.TestSet, y_train, classes,
              fail: _Fail) -> dict:
     """Every (k, seed)'s training recordings; with sampling = "exact" a class short of k rows
     is a ConfigError, with "lenient" (Bird-MAE's) only eligible rows are drawn and a class
@@ -175,7 +175,7 @@ def _subsets(cfg: config.EvalConfig, ts: config.TestSet, y_train, classes,
     return out
 
 
-def check_segment(cfg: config.EvalConfig, ts: config.TestSet, fail: _Fail) -> None:
+def check_segment(cfg: eval_config.EvalConfig, ts: eval_config.TestSet, fail: _Fail) -> None:
     """segment = "centre" on a split whose rows are windows inside longer recordings
     (start_time / end_time, a from_annotations split) would score each recording's centre
     against each window's labels: a ConfigError naming the first such row. Pre-cut clips
@@ -194,7 +194,7 @@ def check_segment(cfg: config.EvalConfig, ts: config.TestSet, fail: _Fail) -> No
                    f'"centre" (row {r}: [{a:g}, {b:g}] s of a {d:g} s recording)')
 
 
-def build_one(cfg: config.EvalConfig, ts: config.TestSet) -> TestSetPlan:
+def build_one(cfg: eval_config.EvalConfig, ts: eval_config.TestSet) -> TestSetPlan:
     """One test set's checks and labels (reads only label columns and schemas)."""
     fail = _Fail(ts.name)
     _columns(ts.test_shards, "test_shards", [("audio_column", cfg.audio_column),
@@ -215,6 +215,6 @@ def build_one(cfg: config.EvalConfig, ts: config.TestSet) -> TestSetPlan:
     return TestSetPlan(ts, tuple(classes), y_train, y_test, subsets)
 
 
-def build(cfg: config.EvalConfig) -> list[TestSetPlan]:
+def build(cfg: eval_config.EvalConfig) -> list[TestSetPlan]:
     """Every test set's plan; the first failing check raises its ConfigError."""
-    return [build_one(cfg, ts) for ts in config.test_sets(cfg)]
+    return [build_one(cfg, ts) for ts in eval_config.test_sets(cfg)]

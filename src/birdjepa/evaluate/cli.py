@@ -13,7 +13,7 @@ import sys
 import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
 import birdjepa.config
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.runner as runner
 
 _NOISE = ("RuntimeError('Event loop is closed')", "sys.meta_path is None")
@@ -42,7 +42,7 @@ def quiet_orbax() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cfg = config.cli(argv)
+        cfg = eval_config.cli(argv)
         runner.run(cfg)
     except (birdjepa.config.ConfigError, FileNotFoundError, KeyError, errors.Error) as e:
         return cli_args.fail(e)  # data errors included

@@ -36,7 +36,7 @@ import birdjepa.common.outputs as outputs
 import birdjepa.config
 import birdjepa.data.table as table
 import birdjepa.evaluate.checks as checks
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.intervals as intervals
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.progress as progress
@@ -54,13 +54,13 @@ no-call threshold, predict's default --min_conf for such a head)."""
 class Split:
     """One test set, checked for head scoring: its class names and multi-hot labels."""
 
-    spec: config.TestSet
+    spec: eval_config.TestSet
     classes: tuple[str, ...]
     y: np.ndarray
     """(rows, classes) bool."""
 
 
-def split(cfg: config.EvalConfig, ts: config.TestSet) -> Split:
+def split(cfg: eval_config.EvalConfig, ts: eval_config.TestSet) -> Split:
     """The test split's checks (columns, audio files, an int or list<int> label column with
     ClassLabel names: the names are how a head's classes are matched) and its labels."""
     fail = checks._Fail(ts.name)
@@ -117,7 +117,7 @@ def decision_thresholds(m: birdjepa.models.Model) -> np.ndarray | None:
     return np.full(len(m.classes), DEFAULT_THRESHOLD)
 
 
-def calibrated(cfg: config.EvalConfig, m: birdjepa.models.Model, spec: str, sp: Split,
+def calibrated(cfg: eval_config.EvalConfig, m: birdjepa.models.Model, spec: str, sp: Split,
                probs: np.ndarray, cols_m: np.ndarray, cols_s: np.ndarray,
                out: pathlib.Path) -> None:
     """`cfg.calibrate`: the head's per-class thresholds fit on this split
@@ -137,7 +137,7 @@ def calibrated(cfg: config.EvalConfig, m: birdjepa.models.Model, spec: str, sp: 
     m.thresholds, m.thresholds_rule = thr, cfg.calibrate
 
 
-def probabilities(m: birdjepa.models.Model, cfg: config.EvalConfig, ts: config.TestSet,
+def probabilities(m: birdjepa.models.Model, cfg: eval_config.EvalConfig, ts: eval_config.TestSet,
                   n_rows: int, *, verbose: bool) -> np.ndarray:
     """(rows, model classes) probabilities of one window per test row, as the head gives them."""
     w = inference.Windows.for_model(
@@ -225,7 +225,7 @@ def _row_base(cfg, sp: Split, m, spec: str, counts: dict) -> dict:
             **{f"probe_{k}": v for k, v in dataclasses.asdict(cfg.probe).items()}}
 
 
-def score(cfg: config.EvalConfig, sp: Split, spec: str, m: birdjepa.models.Model,
+def score(cfg: eval_config.EvalConfig, sp: Split, spec: str, m: birdjepa.models.Model,
           out: pathlib.Path, *, verbose: bool = True) -> tuple[list[dict], list[dict], dict]:
     """(result rows, per-class rows, mapping report) of head `m` (opened from `spec`) on split
     `sp` (with `cfg.calibrate`, its thresholds fit here first: `calibrated`)."""
@@ -284,10 +284,10 @@ def score(cfg: config.EvalConfig, sp: Split, spec: str, m: birdjepa.models.Model
     return rows, per_class, report
 
 
-def run(cfg: config.EvalConfig, out: pathlib.Path, *, verbose: bool = True
+def run(cfg: eval_config.EvalConfig, out: pathlib.Path, *, verbose: bool = True
         ) -> tuple[list[dict], dict]:
     """Every head on every test set: (result rows, summary part); writes per_class.csv."""
-    splits = [split(cfg, ts) for ts in config.test_sets(cfg)]
+    splits = [split(cfg, ts) for ts in eval_config.test_sets(cfg)]
     models = {spec: open_head(spec) for spec in cfg.heads}  # each opens before any embedding
     rows, per_class, mapped = [], [], {}
     for sp in splits:

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 import birdjepa.evaluate.checks as checks
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.intervals as intervals
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.probes as probes
@@ -28,7 +28,7 @@ def k_label(k: int) -> str:
     return str(k) if k else "all"
 
 
-def settings(cfg: config.EvalConfig, tp: checks.TestSetPlan, enc) -> dict:
+def settings(cfg: eval_config.EvalConfig, tp: checks.TestSetPlan, enc) -> dict:
     """The columns every row of (test set, encoder) repeats: encoder identity, data, recipe."""
     return {
         "encoder_run_dir": enc.run_dir, "encoder_step": enc.step,
@@ -60,7 +60,7 @@ def _replicates(scores: list[np.ndarray], y_test, n_boot: int) -> dict[str, np.n
     return {m: np.concatenate([r[m] for r in per_seed]) for m in metrics.METRICS}
 
 
-def _group_rows(base: dict, runs: list[dict], y_test, cfg: config.EvalConfig) -> list[dict]:
+def _group_rows(base: dict, runs: list[dict], y_test, cfg: eval_config.EvalConfig) -> list[dict]:
     """Rows (one per seed and metric) of one (probe, k) group, with its Summary per metric."""
     few_shot = runs[0]["k"] != 0
     need = not (few_shot and len(runs) < intervals.MIN_SEEDS)
@@ -78,7 +78,7 @@ def _group_rows(base: dict, runs: list[dict], y_test, cfg: config.EvalConfig) ->
     return rows
 
 
-def evaluate(tp: checks.TestSetPlan, enc, tr: dict, te: dict, cfg: config.EvalConfig, *,
+def evaluate(tp: checks.TestSetPlan, enc, tr: dict, te: dict, cfg: eval_config.EvalConfig, *,
              verbose: bool = True) -> list[dict]:
     """Every (probe, k, seed) of `enc` on test set `tp`: result rows (see birdjepa.evaluate
     .results for the columns)."""
@@ -111,7 +111,7 @@ def evaluate(tp: checks.TestSetPlan, enc, tr: dict, te: dict, cfg: config.EvalCo
 
 
 def _score_probe(base: dict, runs, subsets, fits, fit_s: float, tp: checks.TestSetPlan,
-                 cfg: config.EvalConfig) -> list[dict]:
+                 cfg: eval_config.EvalConfig) -> list[dict]:
     """Rows of one probe's runs: metrics per run, then each k's group with its intervals."""
     counts = metrics.counts(tp.y_test)
     done = []

@@ -32,7 +32,7 @@ import birdjepa.config
 import birdjepa.config.identity as identity
 import birdjepa.evaluate.cache as cache
 import birdjepa.evaluate.checks as checks
-import birdjepa.evaluate.config as config
+import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.external as external
 import birdjepa.evaluate.heads as heads
 import birdjepa.evaluate.protocol as protocol
@@ -121,7 +121,7 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(str(e).split())}"
 
 
-def load_encoders(cfg: config.EvalConfig) -> list[Encoder]:
+def load_encoders(cfg: eval_config.EvalConfig) -> list[Encoder]:
     """Every configured encoder, restored and identified; the one place that reads training
     runs and configs. A run that cannot be loaded is a ConfigError naming it."""
     out = []
@@ -235,7 +235,7 @@ def check_out_dir(out: pathlib.Path) -> None:
             "that evaluate did not write; choose another out_dir")
 
 
-def _run_heads(cfg: config.EvalConfig, out: pathlib.Path, t_start: float, verbose: bool) -> dict:
+def _run_heads(cfg: eval_config.EvalConfig, out: pathlib.Path, t_start: float, verbose: bool) -> dict:
     """`run` for `heads`: each model's own head on each test set (birdjepa.evaluate.heads),
     written and printed as the probes' results are."""
     rows, part = heads.run(cfg, out, verbose=verbose)
@@ -254,12 +254,12 @@ def _run_heads(cfg: config.EvalConfig, out: pathlib.Path, t_start: float, verbos
     return {**summary, "rows": rows}
 
 
-def run(cfg: config.EvalConfig, *, verbose: bool = True) -> dict:
+def run(cfg: eval_config.EvalConfig, *, verbose: bool = True) -> dict:
     """Evaluate every configured encoder on every test set; returns the summary (also
     out_dir/summary.json) with the result rows under "rows"."""
     t_start, out = time.perf_counter(), pathlib.Path(cfg.out_dir)
-    config.validate(cfg)
-    cfg = config.with_protocol(cfg)
+    eval_config.validate(cfg)
+    cfg = eval_config.with_protocol(cfg)
     check_out_dir(out)
     if cfg.heads and not (cfg.encoders or cfg.random):
         return _run_heads(cfg, out, t_start, verbose)

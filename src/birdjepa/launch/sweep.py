@@ -36,8 +36,8 @@ import birdjepa.common.errors as errors
 import birdjepa.config
 import birdjepa.config.command_line
 import birdjepa.data
-import birdjepa.data.config
 import birdjepa.data.loader
+import birdjepa.data.loader_config
 import birdjepa.data.sources
 import birdjepa.launch.gpuplan.rules as rules
 import birdjepa.launch.gpuplan.targets as targets
@@ -246,8 +246,8 @@ def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
             birdjepa.config.check_data_paths(cfg)
             paths = birdjepa.data.resolve_shards(getattr(d, key))
             mode = "train" if key == "train_shards" else "eval"
-            raw = birdjepa.data.config.rust_json(d, {
-                **birdjepa.data.config.RUN_ARGS, "batch_size": cfg.batch_size, "mode": mode})
+            raw = birdjepa.data.loader_config.rust_json(d, {
+                **birdjepa.data.loader_config.RUN_ARGS, "batch_size": cfg.batch_size, "mode": mode})
             ds = birdjepa._rs.Dataset(paths, d.audio_column, d.label_column, config=raw)
             checked, missing = birdjepa.data.loader.check_paths(ds)  # path-only audio
             names = birdjepa.data.sources.class_names(paths, d.label_column)

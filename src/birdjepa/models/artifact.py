@@ -35,8 +35,8 @@ import birdjepa.config
 import birdjepa.config.architecture
 import birdjepa.config.identity as identity
 import birdjepa.data.audio
-import birdjepa.data.config
 import birdjepa.data.ipc
+import birdjepa.data.loader_config
 import birdjepa.data.table
 import birdjepa.model
 import birdjepa.models.arrays as arrays
@@ -64,7 +64,7 @@ the normalisation (x - mean) / (2 * std), and `window`: where a recording's clip
 our runs, whose training crops were random)."""
 LEGACY_INPUT = {"pad": "zero", "window": "centre"}
 """What an export written before these keys were recorded used (so it reproduces exactly); its
-resampler is birdjepa.data.config.saved_resampler's rule."""
+resampler is birdjepa.data.loader_config.saved_resampler's rule."""
 
 
 def input_settings(audio: dict, what: str) -> dict:
@@ -72,16 +72,16 @@ def input_settings(audio: dict, what: str) -> dict:
     LEGACY_INPUT and the one fbank we compute; an fbank or pad we cannot compute is a one-line
     ValueError naming `what`, the expected and the actual value."""
     a = {**LEGACY_INPUT, "fbank": dict(birdjepa.data.audio.FBANK_DEFAULTS), **audio,
-         "resampler": birdjepa.data.config.saved_resampler(None, audio)}
+         "resampler": birdjepa.data.loader_config.saved_resampler(None, audio)}
     if a["fbank"] != birdjepa.data.audio.FBANK_DEFAULTS:
         raise ValueError(f"{what}: fbank: expected the options birdjepa computes "
                          f"{birdjepa.data.audio.FBANK_DEFAULTS}, got {a['fbank']}")
-    if a["pad"] not in birdjepa.data.config.PADS:
-        raise ValueError(f"{what}: pad: expected one of {', '.join(birdjepa.data.config.PADS)}, "
+    if a["pad"] not in birdjepa.data.loader_config.PADS:
+        raise ValueError(f"{what}: pad: expected one of {', '.join(birdjepa.data.loader_config.PADS)}, "
                          f"got {a['pad']!r}")
-    if a["resampler"] not in birdjepa.data.config.RESAMPLERS:
+    if a["resampler"] not in birdjepa.data.loader_config.RESAMPLERS:
         raise ValueError(f"{what}: resampler: expected one of "
-                         f"{', '.join(birdjepa.data.config.RESAMPLERS)}, got {a['resampler']!r}")
+                         f"{', '.join(birdjepa.data.loader_config.RESAMPLERS)}, got {a['resampler']!r}")
     missing = [k for k in INPUT_KEYS if k not in a]
     if missing:
         raise ValueError(f"{what}: expected input settings {list(INPUT_KEYS)}, missing {missing}")
@@ -89,7 +89,7 @@ def input_settings(audio: dict, what: str) -> dict:
         raise ValueError(f"{what}: audio.window: expected one of {', '.join(WINDOWS)}, got "
                          f"{a['window']!r}")
     try:  # the loader's own rules, as a run's data settings are checked (their one home)
-        birdjepa.data.config.LoaderConfig(
+        birdjepa.data.loader_config.LoaderConfig(
             sample_rate=a["sample_rate"], n_mels=a["n_mels"], n_frames=a["n_frames"],
             clip_s=a["window_s"], mean=a["mean"], std=a["std"], pad=a["pad"],
             resampler=a["resampler"]).check()
@@ -198,7 +198,7 @@ def run_input(d, what: str) -> dict:
     """The input settings of a run trained on loader settings `d` (its config's data)."""
     return input_settings(dict(sample_rate=d.sample_rate, n_mels=d.n_mels, n_frames=d.n_frames,
                                window_s=d.clip_s, mean=d.mean, std=d.std, pad=d.pad,
-                               resampler=birdjepa.data.config.resolve_resampler(d)), what)
+                               resampler=birdjepa.data.loader_config.resolve_resampler(d)), what)
 
 
 def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:

@@ -29,7 +29,7 @@ import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.data
 import birdjepa.data.audio
-import birdjepa.data.config
+import birdjepa.data.loader_config
 import birdjepa.data.paths
 import birdjepa.data.table as table
 import birdjepa.model
@@ -69,7 +69,7 @@ class Windows:
     or "columns" (each row's [start, end] s from `segment_columns`, cut there; shards only)."""
     segment_columns: tuple[str, str] = ("start_time", "end_time")
     """Segment start and end columns, seconds (segment = "columns")."""
-    resampler: str = birdjepa.data.config.DEFAULT_RESAMPLER
+    resampler: str = birdjepa.data.loader_config.DEFAULT_RESAMPLER
     """Filter for audio not at sample_rate: the model's (birdjepa.data.audio.RESAMPLERS)."""
 
     def starts(self, n_samples: int, sr: int) -> list[float]:

@@ -20,7 +20,7 @@ from jaxtyping import Array, Float
 import birdjepa.config.losses
 import birdjepa.model
 import birdjepa.objectives.augment as augment
-import birdjepa.objectives.common as common
+import birdjepa.objectives.terms as terms
 
 LeJEPAConfig = birdjepa.config.losses.LeJEPAConfig
 
@@ -106,23 +106,23 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
     """The probe trains on the clean (un-augmented) views when augmentations are on: what it
     measures is the embedding of the data, not of the augmented views. All V views, so it sees
     as many examples per step as the probe on a frozen encoder (objective `probe_only`)."""
-    views = common.as_views(batch["data"])
+    views = terms.as_views(batch["data"])
     v, b = views.shape[:2]
     if v < 2:
         raise ValueError(f"objective 'lejepa' needs data.n_views >= 2, got {v} view(s)")
     clean = views
     views = augment.augment_views(cfg.augment, views, key=jax.random.fold_in(key, 1))
     emb = encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd
-    w_b = common.weights(batch, b)
-    z_vbk = heads(emb, common.tile_views(w_b, v)).reshape(v, b, -1)
+    w_b = terms.weights(batch, b)
+    z_vbk = heads(emb, terms.tile_views(w_b, v)).reshape(v, b, -1)
     center_bk = z_vbk.mean(0)
     if "local" in batch:  # multi-crop: own forward (shorter token grid) and projector statistics
         local = augment.augment_views(cfg.augment, batch["local"], key=jax.random.fold_in(key, 2))
         n_l = local.shape[0]
         emb_l = encoder(local.reshape(n_l * b, *local.shape[2:])).pooled_bd
-        z_l = heads(emb_l, common.tile_views(w_b, n_l)).reshape(n_l, b, -1)
+        z_l = heads(emb_l, terms.tile_views(w_b, n_l)).reshape(n_l, b, -1)
         z_vbk = jnp.concatenate([z_vbk, z_l])
-    inv = common.wmean(jnp.square(z_vbk - center_bk).mean((0, 2)), w_b)
+    inv = terms.wmean(jnp.square(z_vbk - center_bk).mean((0, 2)), w_b)
     # Same directions for every view, as in the paper's reference code.
     sig = jax.vmap(
         lambda z: sigreg(
@@ -131,9 +131,9 @@ def loss(cfg: LeJEPAConfig, encoder, heads: Heads, batch: dict, *, key):
     )(z_vbk).mean()
     total = (1 - cfg.lambd) * inv + cfg.lambd * sig
     parts = {"inv": inv, "sigreg": sig}
-    target_n, w_n = common.tile_views(batch["target"], v), common.tile_views(w_b, v)
+    target_n, w_n = terms.tile_views(batch["target"], v), terms.tile_views(w_b, v)
     if isinstance(heads, SemiHeads):  # semi-supervised: labelled rows only (xent masks others)
-        ce, acc = common.xent(heads.cls(emb), target_n, w_n)
+        ce, acc = terms.xent(heads.cls(emb), target_n, w_n)
         total = total + cfg.supervised_weight * ce
         parts = {**parts, "ce": ce, "train_acc": acc}
     if cfg.augment.enabled:

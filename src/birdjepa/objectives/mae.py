@@ -16,7 +16,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 import birdjepa.config.losses
 import birdjepa.model
-import birdjepa.objectives.common as common
+import birdjepa.objectives.terms as terms
 
 MAEConfig = birdjepa.config.losses.MAEConfig
 
@@ -97,7 +97,7 @@ def targets(cfg: MAEConfig, patches_bnp: Float[Array, "b n p"]) -> Float[Array, 
 
 
 def loss(cfg: MAEConfig, encoder, heads: Heads, batch: dict, *, key):
-    views = common.as_views(batch["data"])
+    views = terms.as_views(batch["data"])
     v, b = views.shape[:2]
     x = views.reshape(v * b, *views.shape[2:])
     keep_bk, hidden_bn = block_mask(cfg, encoder.grid, v * b, key=key)
@@ -107,7 +107,7 @@ def loss(cfg: MAEConfig, encoder, heads: Heads, batch: dict, *, key):
     err_bn = jnp.square(pred_bnp - tgt_bnp).mean(-1)
     hid = hidden_bn.astype(jnp.float32)
     per_ex = (err_bn * hid).sum(1) / hid.sum(1)
-    w = common.tile_views(common.weights(batch, b), v)
-    mse = common.wmean(per_ex, w)
+    w = terms.tile_views(terms.weights(batch, b), v)
+    mse = terms.wmean(per_ex, w)
     # Probe on the pooled embedding of the visible patches (no extra full forward).
-    return mse, {"mse": mse}, out.pooled_bd, common.tile_views(batch["target"], v), w
+    return mse, {"mse": mse}, out.pooled_bd, terms.tile_views(batch["target"], v), w

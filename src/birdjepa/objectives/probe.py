@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 import birdjepa.model
-import birdjepa.objectives.common as common
+import birdjepa.objectives.terms as terms
 
 MOMENTUM = 0.9
 """Weight of the old running statistics per update (time constant ~10 updates)."""
@@ -69,4 +69,4 @@ def loss(
 ) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """Cross-entropy and accuracy of the probe; no gradient reaches the encoder."""
     logits = probe(jax.lax.stop_gradient(emb_nd))
-    return common.xent(logits, target_n, w_n)
+    return terms.xent(logits, target_n, w_n)

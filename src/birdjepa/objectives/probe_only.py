@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 import birdjepa.config.losses
-import birdjepa.objectives.common as common
+import birdjepa.objectives.terms as terms
 
 ProbeOnlyConfig = birdjepa.config.losses.ProbeOnlyConfig
 
@@ -30,8 +30,8 @@ def init_heads(cfg: ProbeOnlyConfig, encoder, n_classes: int, *, key):
 def loss(cfg: ProbeOnlyConfig, encoder, heads: Heads, batch: dict, *, key):
     """Zero loss; the pooled embeddings (V*B, D) of every view go to the probe."""
     del cfg, heads, key
-    views = common.as_views(batch["data"])
+    views = terms.as_views(batch["data"])
     v, b = views.shape[:2]
     emb = jax.lax.stop_gradient(encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd)
-    w = common.tile_views(common.weights(batch, b), v)
-    return jnp.zeros((), jnp.float32), {}, emb, common.tile_views(batch["target"], v), w
+    w = terms.tile_views(terms.weights(batch, b), v)
+    return jnp.zeros((), jnp.float32), {}, emb, terms.tile_views(batch["target"], v), w

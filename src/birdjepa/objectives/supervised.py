@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import birdjepa.config.losses
 import birdjepa.model
 import birdjepa.objectives.augment as augment
-import birdjepa.objectives.common as common
+import birdjepa.objectives.terms as terms
 
 SupervisedConfig = birdjepa.config.losses.SupervisedConfig
 
@@ -42,20 +42,20 @@ def mixup(views_vbtm, target_bc, mix: float, *, key):
 
 def loss(cfg: SupervisedConfig, encoder, heads: Heads, batch: dict, *, key):
     """Returns (loss, metrics, pooled embeddings (V*B, D), their targets, their weights)."""
-    views = common.as_views(batch["data"])
+    views = terms.as_views(batch["data"])
     target = batch["target"]
     if cfg.mix:
         views, target = mixup(views, target, cfg.mix, key=key)
     views = augment.augment_views(cfg.augment, views, key=jax.random.fold_in(key, 1))
     v, b = views.shape[:2]
     emb = encoder(views.reshape(v * b, *views.shape[2:])).pooled_bd
-    target = common.tile_views(target, v)
-    w = common.tile_views(common.weights(batch, b), v)
+    target = terms.tile_views(target, v)
+    w = terms.tile_views(terms.weights(batch, b), v)
     logits = heads.head(emb)
-    ce, acc = common.xent(logits, target, w)
+    ce, acc = terms.xent(logits, target, w)
     if cfg.label_smoothing and target.ndim == 1:
         eps, n_classes = cfg.label_smoothing, logits.shape[-1]
         soft = jax.nn.one_hot(target, n_classes) * (1 - eps) + eps / n_classes
-        ce = common.wmean(-(soft * jax.nn.log_softmax(logits, -1)).sum(-1), w * (target >= 0))
+        ce = terms.wmean(-(soft * jax.nn.log_softmax(logits, -1)).sum(-1), w * (target >= 0))
     return ce, {"ce": ce, "train_acc": acc}, emb, target, w
 

@@ -12,8 +12,8 @@ import optax
 import birdjepa.config
 import birdjepa.data.device_features
 import birdjepa.objectives
-import birdjepa.objectives.common
 import birdjepa.objectives.probe
+import birdjepa.objectives.terms
 import birdjepa.optim
 import birdjepa.train.state
 
@@ -113,16 +113,16 @@ def jit_update(cfg: birdjepa.config.Config, *, static, tx, lr_cap: float = 1.0):
 
 def eval_step(params, batch, *, static, cfg: birdjepa.config.Config):
     """Sums over one eval batch: labelled valid rows, probe top-1 hits and loss, supervised head
-    hits (class ids or multi-hot targets: `objectives.common.per_row`)."""
+    hits (class ids or multi-hot targets: `objectives.terms.per_row`)."""
     m = eqx.combine(params, static)
     batch = features(batch, cfg)
     target = batch["target"]
     emb = m["encoder"](batch["data"]).pooled_bd
-    ce, hit, labelled = birdjepa.objectives.common.per_row(m["probe"](emb), target)
+    ce, hit, labelled = birdjepa.objectives.terms.per_row(m["probe"](emb), target)
     w = batch["valid"].astype(jnp.float32) * labelled
     out = {"n": w.sum(), "probe_correct": (hit * w).sum(), "probe_loss": (ce * w).sum()}
     if cfg.objective.name == "supervised":
-        _, head_hit, _ = birdjepa.objectives.common.per_row(m["heads"].head(emb), target)
+        _, head_hit, _ = birdjepa.objectives.terms.per_row(m["heads"].head(emb), target)
         out["head_correct"] = (head_hit * w).sum()
     return out
 

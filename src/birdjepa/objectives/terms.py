@@ -1,4 +1,4 @@
-"""Pieces shared by the objectives: views handling, weighted means, cross-entropy.
+"""Loss terms shared by the objectives: views handling, weighted means, cross-entropy.
 
 Targets are int class ids `(n,)` (-1: no label) from an int label column, or multi-hot float
 `(n, c)` from a list<int> column (multilabel: an empty list is a row of 0, no species; a null

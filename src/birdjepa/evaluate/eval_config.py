@@ -15,7 +15,7 @@ import typing
 
 import birdjepa.config
 import birdjepa.config.command_line
-import birdjepa.data.config
+import birdjepa.data.loader_config
 import birdjepa.data.sources
 import birdjepa.evaluate.probes
 import birdjepa.models.thresholds
@@ -304,7 +304,7 @@ def validate(cfg: EvalConfig) -> None:
     _need(len(cfg.seeds) >= 1, "seeds", "at least one seed", cfg.seeds)
     _need(len(set(cfg.seeds)) == len(cfg.seeds) and all(s >= 0 for s in cfg.seeds), "seeds",
           "distinct ints >= 0", cfg.seeds)
-    top = birdjepa.data.config.MAX_WINDOW_S  # the longest window the decoder cuts
+    top = birdjepa.data.loader_config.MAX_WINDOW_S  # the longest window the decoder cuts
     _need(_finite(cfg.window_s) and 0 < cfg.window_s <= top, "window_s",
           f"seconds in (0, {top:g}]", cfg.window_s)
     _need(cfg.hop_s is None or (_finite(cfg.hop_s) and MIN_HOP_S <= cfg.hop_s <= top), "hop_s",
