@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 RUST_SRC := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml pyproject.toml
 DEMO_DIR := data/demo
 
-.PHONY: setup demo ssl-demo test test-py test-rust lint bench gpu-plan bytes clean
+.PHONY: setup demo ssl-demo test test-fast test-py test-rust lint bench gpu-plan bytes clean
 
 setup: $(VENV)/.built
 
@@ -78,9 +78,16 @@ test-rust:
 	cargo clippy --release --all-features --all-targets -- -D warnings
 	cargo test --release
 
+# Both cores (pytest-xdist): each test module stays on one worker, the multi-process modules
+# share one (tests/conftest.py SERIAL_GROUPS); the slowest tests are listed at the end.
 test-py: setup
 	$(PY) -m ruff check src tests sweeps benchmarks docs
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
+
+# The edit loop: every test but the slow and Slurm ones (`make test` runs them all).
+test-fast: setup
+	$(PY) -m ruff check src tests sweeps benchmarks docs
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not slurm" --durations=10
 
 bench: setup
 	$(PY) -m benchmarks transforms

@@ -2,7 +2,10 @@
 pyproject's pythonpath): the Slurm cluster fixture (slurm_cluster.py), tiny run configs
 (tiny.py), resume harness (resume_helpers.py), loader shards, batches and runs."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import submitit  # noqa: F401 (imported before any test: see below)
@@ -14,9 +17,15 @@ import birdjepa.demo_data
 # (`birdjepa.launch`, run alone), it closed pytest's global capture ("I/O operation on closed
 # file" at teardown). Here, at start-up, absl's stream is sys.stderr and stays open.
 
-# Runs in tests (and the processes they start) keep no compiled steps between them: no test
-# reads what another compiled (birdjepa.runtime.compiles; test_compiles sets its own directory).
-os.environ["BIRDJEPA_COMPILE_CACHE"] = "off"
+# Runs in tests (and the processes they start) share one compilation cache, made empty for this
+# session and removed after it (issue 50 item 7: the tiny trainings of the suite compile the same
+# few updates again and again). A hit loads the executable a miss would compile, sealed and
+# checked by birdjepa.runtime.compiles.CheckedCache: a test computes the same bits either way,
+# and needs no other test to have run. test_compiles and test_compile_cache_damage set their
+# own directories; a run may still turn it off (compile_cache = "off").
+_COMPILE_CACHE = tempfile.mkdtemp(prefix="birdjepa-test-compile-cache-")
+atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
+os.environ["BIRDJEPA_COMPILE_CACHE"] = _COMPILE_CACHE
 
 pytest_plugins = ["slurm_cluster"]
 
@@ -69,3 +78,22 @@ def embed_calls(monkeypatch):
     monkeypatch.setattr(inference, "features", counted("features", inference.features))
     monkeypatch.setattr(inference, "encode", counted("encode", inference.encode))
     return calls
+
+
+SERIAL_GROUPS = {
+    "hosts": ("test_distributed", "test_host_faults", "test_many_hosts", "test_slurm_cluster",
+              "test_slurm_training", "test_launch_interrupt"),
+}
+"""Modules that start several training processes (simulated hosts, the local Slurm cluster)
+run one after another on one worker under `pytest -n 2`: one Slurm cluster at a time, and no
+two multi-process runs sharing the cores."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`: -n 2 --dist loadgroup), each module's tests stay
+    together on one worker (its module fixtures, trainings among them, are made once), and
+    SERIAL_GROUPS' modules share one worker."""
+    group_of = {m: g for g, ms in SERIAL_GROUPS.items() for m in ms}
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
+        item.add_marker(pytest.mark.xdist_group(group_of.get(module, module)))

@@ -3,7 +3,7 @@
 # `make runs/demo/COMPLETE runs/demo-lejepa/COMPLETE` (supervised on all labels, label-free
 # LeJEPA). Each few-shot split holds the rows evaluate's Bird-MAE protocol gives its probe for
 # (k, seed): python -m birdjepa.sources fewshot --lenient, the sampler evaluate uses.
-#   bash docs/issues/031-few-labels/train.sh baseline | finetune | semi K SEED [K SEED ...]
+#   bash docs/issues/031-few-labels/train.sh baseline | finetune | seeds | semi K SEED [K SEED ...]
 # (W=0.1 before semi sets objective.lejepa.supervised_weight, default 1.0, and names the runs
 # semi-w0.1-kK-sS).
 set -euo pipefail
@@ -36,6 +36,23 @@ if [ "${1:-}" = finetune ]; then
     d=runs/fs/ft-lr3e-4-k$k-s$s
     [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo.toml --run_dir="$d" \
       --seed=$((s - 1)) --init_encoder=runs/demo-lejepa --optim.lr=3e-4 \
+      --data.train_shards="$(split $k $s labelled)" > "$d.log" 2>&1
+  done; done
+fi
+if [ "${1:-}" = seeds ]; then
+  shift
+  # Label-free LeJEPA at training seeds 1 and 2 (seed 0 is runs/demo-lejepa), then each k-shot
+  # seed S >= 2 fine-tuned from the label-free encoder of training seed S - 1 (S = 1 is
+  # finetune's run, from seed 0): the pretraining varies with the seed too.
+  for t in 1 2; do
+    d=runs/demo-lejepa-s$t
+    [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo-lejepa.toml \
+      --run_dir="$d" --seed=$t > "$d.log" 2>&1
+  done
+  for k in 1 5 10; do for s in 2 3; do
+    d=runs/fs/ftp-lr3e-4-k$k-s$s
+    [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo.toml --run_dir="$d" \
+      --seed=$((s - 1)) --init_encoder=runs/demo-lejepa-s$((s - 1)) --optim.lr=3e-4 \
       --data.train_shards="$(split $k $s labelled)" > "$d.log" 2>&1
   done; done
 fi
