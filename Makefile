@@ -84,10 +84,11 @@ test-py: setup
 	$(PY) -m ruff check src tests sweeps benchmarks docs
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
-# The edit loop: every test but the slow and Slurm ones (`make test` runs them all).
+# The edit loop: every test but the slow, heavy and Slurm ones (`make test` runs them all).
 test-fast: setup
 	$(PY) -m ruff check src tests sweeps benchmarks docs
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not slurm" --durations=10
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow and not heavy and not slurm" \
+		--durations=10
 
 bench: setup
 	$(PY) -m benchmarks transforms

@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = 10_000  # about 10 s on an idle core
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(120)
 def test_fuzz_decode_and_clip_never_panic_or_blow_up():
     env = {**os.environ, "RUST_BACKTRACE": "0"}

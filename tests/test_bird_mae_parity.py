@@ -226,6 +226,7 @@ def test_the_rust_loader_pads_with_the_minimum_too(weights, model, tmp_path):
     assert rel(out["emb_mean"], want) < REL, rel(out["emb_mean"], want)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("train_pos", [True, False])
 def test_train_pos_false_keeps_the_position_table(train_pos):
     """Bird-MAE presets (and imports) default to train_pos = false: no gradient reaches the

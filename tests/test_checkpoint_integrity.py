@@ -350,6 +350,7 @@ def wide_state(step: int) -> dict:
     return {f"w{i:02d}": jnp.full((1024,), step + i, jnp.float32) for i in range(48)}
 
 
+@pytest.mark.heavy
 def test_a_failed_read_leaves_no_task_to_log_later(tmp_path, caplog):
     """CI of be700c9: Orbax's sibling read tasks of a failed restore were logged by asyncio
     ("Task exception was never retrieved", with tracebacks) whenever they were finalised, once

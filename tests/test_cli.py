@@ -57,6 +57,7 @@ def option_helps(text: str) -> dict[str, str]:
     return entries
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_exits_0_names_the_command_and_explains_every_option(command, helps):
     r = helps[command]
@@ -198,6 +199,7 @@ def test_every_parser_is_cli_args():
     assert not bare, bare
 
 
+@pytest.mark.heavy
 def test_each_command_is_also_an_installed_script():
     """Issue 39 item 1: `[project.scripts]` gives each `python -m birdjepa.X` a script of the
     same behaviour; `make test` installs them (maturin develop) into this interpreter's bin."""
@@ -218,6 +220,7 @@ def test_each_command_is_also_an_installed_script():
         assert option_helps(r.stdout).keys() == option_helps(run(module, "--help").stdout).keys()
 
 
+@pytest.mark.heavy
 def test_an_installed_script_names_itself_in_its_usage():
     """Issue 47 item 21: `birdjepa-embed --bad` printed `usage: python -m birdjepa.embed`."""
     import os

@@ -6,12 +6,14 @@ step boundary, saves, and exits 75 as it does with a terminal."""
 import signal
 import subprocess
 
+import pytest
 import resume_helpers as h
 import tiny
 
 import birdjepa.train.cli
 
 
+@pytest.mark.heavy
 def test_ctrl_c_with_stdout_closed_still_saves(tmp_path, demo_corpus):
     corpus = demo_corpus(**h.CORPUS)["out_dir"]
     cfg = tmp_path / "tiny.toml"

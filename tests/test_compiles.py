@@ -86,6 +86,7 @@ def _run(script: str, stop_at: int) -> tuple[dict, str]:
     return json.loads(line.removeprefix("COUNTS ")), r.stdout
 
 
+@pytest.mark.heavy
 def test_two_devices_trace_once_and_a_resumed_process_loads_the_compiled_update(tmp_path):
     """On a 2-device CPU mesh: a run stopped after 4 updates (evaluated at 2 and 4) traced the
     update and the eval step once each and wrote the update to the compilation cache; a second
@@ -147,6 +148,7 @@ def test_the_cache_directory_follows_setting_environment_default(monkeypatch, tm
     assert compiles.resolve("") is None
 
 
+@pytest.mark.heavy
 def test_benchmark_train_reports_phases_and_the_peer(capsys):
     """`benchmarks train` reports the first update, the second, the step alone and the plain-JAX
     peer of the same shape, with one trace and one compile of the update."""

@@ -101,6 +101,7 @@ def test_batched_runs_equal_one_at_a_time(kind, how, monkeypatch):
         assert info["loss_first"] == pytest.approx(want_info["loss_first"], rel=1e-4)
 
 
+@pytest.mark.heavy
 def test_multilayer_probe_reads_what_only_an_earlier_block_holds():
     """The species are in block 0's tokens; the last block's are noise: the multi-layer
     attentive probe finds them, the attentive probe on the last block cannot."""
@@ -117,6 +118,7 @@ def test_multilayer_probe_reads_what_only_an_earlier_block_holds():
         probes.fit_predict("multilayer", tok_tr, y_tr, tok_te, CFG, key=jax.random.key(0))
 
 
+@pytest.mark.heavy
 def test_layer_patches_are_the_blocks_outputs():
     """ViT.layer_patches: the last block's tokens equal the forward's un-normed patch tokens,
     and an earlier block's are what running only the blocks up to it gives."""

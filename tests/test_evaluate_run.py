@@ -171,6 +171,7 @@ def test_the_cache_key_follows_each_path_only_recording(tmp_path):
     assert table.fingerprint(split, "audio") != fp2
 
 
+@pytest.mark.heavy
 def test_multilayer_probe_reads_every_block_from_one_cached_embedding(corpus, tmp_path,
                                                                         embed_calls):
     """probes = ["multilayer"]: the training and test splits are embedded once with every

@@ -96,6 +96,7 @@ def run_dir(tmp_path_factory):
         jax.random.normal(jax.random.key(3), params["heads"].head.w.shape)))
 
 
+@pytest.mark.heavy
 def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
     out = tmp_path / "onnx"
     assert artifact.main([str(run_dir), "--out_dir", str(out), "--format", "onnx"]) == 0
@@ -159,6 +160,7 @@ def test_bird_mae_shaped_export_equals_embed_and_the_numpy_reference(tmp_path):
     assert rel(emb_card, want48) < 1e-3, rel(emb_card, want48)
 
 
+@pytest.mark.heavy
 def test_bfloat16_model_exports_in_float32(run_dir, tmp_path):
     """A bfloat16 encoder's graph computes in float32: equal to the float32 forward, and within
     bfloat16 round-off of the bfloat16 one (config.json says so)."""

@@ -152,6 +152,7 @@ def test_what_device_features_cannot_do_is_refused_by_name():
             "lejepa", data=birdjepa.config.DataConfig(n_views=2, features="device")))
 
 
+@pytest.mark.heavy
 def test_a_run_with_device_features_resumes_bit_for_bit(corpus, tmp_path):
     """Two views of one window with device features: a run stopped at step 3 and run again
     ends bitwise equal (every logged metric, every leaf of the state, the loader state) to the

@@ -36,6 +36,7 @@ def test_loader_and_readers_refuse_a_fifo(fifo):
             birdjepa.data.ipc.schema(str(path))
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(120)
 def test_commands_refuse_a_fifo_argument(fifo, tmp_path, capsys, run_dir):  # noqa: F811
     assert birdjepa.sources.main(["pack", str(fifo), "--out_dir", str(tmp_path / "p")]) == 2

@@ -39,6 +39,7 @@ def _xla_flops(cfg) -> float:
     return float((cost[0] if isinstance(cost, list) else cost)["flops"])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("objective,model", [
     ("supervised", {}),
     ("lejepa", {"swiglu": True}),

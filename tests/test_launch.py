@@ -388,6 +388,7 @@ def test_dry_run_decodes_samples_and_fails_data_that_the_run_would_fail_on(tmp_p
     assert "dry run: 1 shard check(s) failed" in err
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("max_parallel", [0, 1])
 def test_a_run_still_training_from_a_killed_launcher_is_found_not_started_again(
         tmp_path, capsys, monkeypatch, demo_audio, max_parallel):

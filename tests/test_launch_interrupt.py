@@ -123,6 +123,7 @@ def run_ids(launcher: Launcher) -> list[str]:
             for d in launcher.runs]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(("target", "when"), [("group", "training"), ("launcher", "training"),
                                              ("group", "starting")])
 def test_ctrl_c_saves_a_checkpoint_and_exits_130(launcher, target, when):

@@ -168,6 +168,7 @@ def test_per_row_matches_numpy_bce_and_birdset_top1():
     np.testing.assert_array_equal(labelled, ids >= 0)
 
 
+@pytest.mark.heavy
 def test_supervised_training_on_a_multilabel_column(tmp_path, corpus):
     cfg = tiny.tiny_config(n_steps=4, n_classes=5, eval_every=4, run_dir=str(tmp_path / "run"))
     data = dataclasses.replace(cfg.data, train_shards=str(corpus), eval_shards=str(corpus),

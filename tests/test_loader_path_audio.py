@@ -178,6 +178,7 @@ def test_one_bad_event_row_fails_alone_and_is_named(tmp_path):
     assert set(named.split(", ")) == {f"{spec} row 150"}, e.value
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(280)
 def test_training_on_a_fifo_and_dev_zero_runs_and_stops_on_sigterm(tmp_path, demo_corpus):
     """Item 10: training on path-only rows naming a FIFO or /dev/zero used to hang (and then

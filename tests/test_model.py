@@ -18,6 +18,7 @@ def tiny(**kw) -> birdjepa.config.architecture.ModelConfig:
         birdjepa.config.architecture.ModelConfig(**{"width": 32, "depth": 2, "n_heads": 2, "n_registers": 2, **kw}))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "patch,pos",
     [((16, 16), "absolute"), ((4, 64), "rope"), ((2, 128), "absolute")],
@@ -73,6 +74,7 @@ def test_rope_is_position_sensitive():
     assert float(jnp.abs(a - c).max()) > 1e-4
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("remat", ["block", "dots", True])
 def test_remat_matches(remat):
     x = jax.random.normal(jax.random.key(1), (2, 32, 64))
@@ -229,6 +231,7 @@ def test_fused_qk_norm_rope_equals_the_reference_forward_and_gradients(dtype, to
     assert "custom_vjp_call" in str(jax.make_jaxpr(enc)(jnp.zeros((1, 32, 64))))
 
 
+@pytest.mark.heavy
 def test_unrolled_layers_equal_the_scan_forward_and_gradients():
     """`scan_layers = false` runs the same stacked blocks in a Python loop (remat per block):
     the same outputs and gradients as the scan, traced without a scan."""

@@ -29,6 +29,7 @@ def _cfg(corpus, run_dir, **data):
                                model=dataclasses.replace(cfg.model, patch=(16, 16)))
 
 
+@pytest.mark.heavy
 def test_multi_crop_trains_and_a_split_run_is_bitwise_equal(corpus, tmp_path):
     ref = birdjepa.train.loop.main(_cfg(corpus, tmp_path / "ref"))
     assert ref["steps"] == 4 and ref["nonfinite_total"] == 0

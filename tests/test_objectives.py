@@ -166,6 +166,7 @@ def test_probe_standardises_with_running_statistics():
                                atol=1e-4)
 
 
+@pytest.mark.heavy
 def test_probe_gradient_to_encoder_is_exactly_zero():
     obj, sub, enc, heads, batch = build("supervised")
     pr = probe.init(32, 4, key=jax.random.key(5))
@@ -204,6 +205,7 @@ def test_mae_targets_are_normalised_per_patch():
     np.testing.assert_allclose(t.std(-1), 1, atol=1e-3)
 
 
+@pytest.mark.heavy
 def test_lejepa_multi_crop_pulls_every_crop_to_the_global_centre():
     """With local crops (batch["local"], a shorter token grid), the invariance term is the mean
     squared distance of global AND local embeddings to the mean of the global ones, and SIGReg
@@ -267,6 +269,7 @@ def test_a_sigmoid_runs_curves_name_binary_cross_entropy(tmp_path):
                            "supervised")
 
 
+@pytest.mark.heavy
 def test_semi_supervised_lejepa_learns_from_labelled_rows_only():
     """objective.lejepa.supervised_weight: the LeJEPA loss plus w x the class head's
     cross-entropy over labelled rows (the label-free heads keep their tree: a run saved before

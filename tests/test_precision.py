@@ -40,6 +40,7 @@ def _losses(cfg, n_steps: int):
     return rows, state
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("objective", ["supervised"])
 def test_bf16_loss_curve_tracks_float32(objective):
     """bfloat16 keeps 8 mantissa bits: each rounding is off by up to 2^-9 ~ 2e-3 relative, and a
@@ -66,6 +67,7 @@ def test_bf16_loss_curve_tracks_float32(objective):
                for r in bf)
 
 
+@pytest.mark.heavy
 def test_bf16_state_and_checkpoint_are_float32(tmp_path):
     """Parameters and optimiser moments stay float32 in the train state and in the checkpoint
     (only integer counters and the PRNG key are not floating point)."""
@@ -77,6 +79,7 @@ def test_bf16_state_and_checkpoint_are_float32(tmp_path):
         assert floats and all(d == jnp.float32 for d in floats), (name, set(floats))
 
 
+@pytest.mark.heavy
 def test_bf16_resume_is_bitwise_exact(tmp_path):
     """A bfloat16 run stopped at step 3 (checkpoint) and resumed to 6 equals, bit for bit, a run
     of 6 steps straight: the training metrics of every step and the final checkpoint."""

@@ -42,6 +42,7 @@ def leaves_equal(a, b) -> bool:
     )
 
 
+@pytest.mark.heavy
 def test_nonfinite_update_is_skipped():
     cfg, mesh, state, step, it = setup(tiny.tiny_config())
     state, m = step(state, birdjepa.train.state.shard_batch(next(it), cfg, mesh))
@@ -60,6 +61,7 @@ def test_nonfinite_update_is_skipped():
     assert not leaves_equal(jax.device_get(state)["params"], before["params"])
 
 
+@pytest.mark.heavy
 def test_grad_accumulation_equals_large_batch():
     base = tiny.finalize(tiny.tiny_config(batch_size=8))
     mesh = birdjepa.train.state.make_mesh(1)
@@ -160,6 +162,7 @@ def test_finalize_checks():
             cfg, optim=dataclasses.replace(cfg.optim, grad_accum=3)))
 
 
+@pytest.mark.heavy
 def test_main_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -238,6 +241,7 @@ def final_state(cfg) -> dict:
         return ck.restore(like).state
 
 
+@pytest.mark.heavy
 def test_init_encoder_probes_a_pretrained_encoder(tmp_path, monkeypatch):
     """A probe_only run initialised from another run's checkpoint trains the probe on exactly
     that encoder, which it leaves untouched; the source run's directory is only read."""
@@ -263,6 +267,7 @@ def test_init_encoder_probes_a_pretrained_encoder(tmp_path, monkeypatch):
     assert in_flight.is_dir()
 
 
+@pytest.mark.heavy
 def test_init_encoder_rejects_missing_run_and_other_model(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     missing = tiny.tiny_config(run_dir=str(tmp_path / "a"), init_encoder=str(tmp_path / "x"))
@@ -281,6 +286,7 @@ def test_init_encoder_rejects_missing_run_and_other_model(tmp_path, monkeypatch)
         birdjepa.train.loop.main(wider, loaders=tiny.tiny_loaders(tiny.finalize(wider)))
 
 
+@pytest.mark.heavy
 def test_metrics_log_model_tflops_and_mfu_against_the_peak(tmp_path):
     cfg = tiny.tiny_config(n_steps=3, run_dir=str(tmp_path / "r"), peak_tflops=1e-4)
     birdjepa.train.loop.main(cfg, loaders=tiny.tiny_loaders(tiny.finalize(cfg)))

@@ -101,6 +101,7 @@ def _train_cli(monkeypatch, cfg, loaders=tiny.tiny_loaders) -> tuple[int, str, s
     return rc, "".join(said["out"]), "".join(said["err"])
 
 
+@pytest.mark.heavy
 def test_every_checkpoint_corrupt_is_one_line_and_the_next_start_does_not_begin_at_step_0(
         tmp_path, monkeypatch):
     """Item 9: main ended in a traceback, and the next start silently trained from step 0."""
@@ -146,6 +147,7 @@ def test_all_undecodable_data_is_one_line(tmp_path, monkeypatch):
     assert lines[0].startswith("error: the first train batch has no valid row: all 8 samples")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("where", ["checkpoint", "curves"])
 def test_a_full_disk_while_saving_is_one_line_and_keeps_earlier_steps(tmp_path, monkeypatch,
                                                                       where):
@@ -204,6 +206,7 @@ def test_mixup_on_a_single_label_column_is_refused_at_open_and_nothing_is_writte
     assert not {"config.toml", "metrics.jsonl", "checkpoints", "COMPLETE"} & set(held), held
 
 
+@pytest.mark.heavy
 def test_a_real_full_disk_during_training_is_one_line(tiny_corpus, tmp_path):
     """Issue 47 item 20a: a training on a really full disk (a 700 KiB tmpfs, in its own mount
     namespace) printed its one error line among up to 164 "Event loop is closed" tracebacks

@@ -161,6 +161,7 @@ def test_auto_loader_workers_follow_the_cpus_this_process_may_use(monkeypatch):
     assert config.Config().data.n_workers == "auto"
 
 
+@pytest.mark.heavy
 def test_a_run_whose_latest_checkpoint_is_bit_flipped_resumes_from_the_previous_one(tmp_path):
     """Issue 15 item 2 end to end: the corrupt step is named in one line, set aside (not
     deleted), the run continues from the newest intact step and finishes; rotation kept it."""

@@ -79,6 +79,7 @@ def test_a_failing_final_evaluation_keeps_the_checkpoint_and_a_rerun_evaluates_o
     assert (run_dir / "COMPLETE").exists()
 
 
+@pytest.mark.heavy
 def test_a_diverged_run_is_not_complete(tmp_path):
     """Item 3: lr 1e30 leaves finite but huge parameters whose embeddings overflow; main wrote
     COMPLETE and reported step 1's loss."""

@@ -426,6 +426,7 @@ def test_a_relative_dataset_survives_save_to_disk_from_another_directory(tmp_pat
 # -- item 7: the augmentations for the supervised objective -----------------------------------
 
 
+@pytest.mark.heavy
 def test_supervised_training_takes_the_same_augmentations():
     """Gain, tilt, low-pass, mixing and time/frequency masks were available only under
     objective.lejepa.augment; the supervised objective takes the same AugmentConfig, applied
