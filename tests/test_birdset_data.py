@@ -238,7 +238,7 @@ def test_launch_dry_run_checks_path_only_shards(bs, tmp_path):
     base = birdjepa.config.Config()
     data = dataclasses.replace(base.data, train_shards=bs["train"], eval_shards=bs["test_5s"],
                                label_column="ebird_code_multilabel", crop="events")
-    lines = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
+    lines = birdjepa.launch.check_shards(dataclasses.replace(base, data=data))
     assert [ok for _, ok in lines] == [True, True], lines
     labels = sorted({c for r in rows_of(bs["train"]) for c in r["ebird_code_multilabel"]})
     assert (f"8 rows in 1 file(s), labels {labels[0]}..{labels[-1]} of n_classes=12, 8/8 audio "
@@ -248,10 +248,10 @@ def test_launch_dry_run_checks_path_only_shards(bs, tmp_path):
         {**r, "audio": {"bytes": None, "path": "/gone/" + os.path.basename(r["filepath"])}}
         for r in rows])
     data = dataclasses.replace(data, train_shards=stale)
-    (line, ok), _ = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
+    (line, ok), _ = birdjepa.launch.check_shards(dataclasses.replace(base, data=data))
     assert not ok and "none of the 8 audio files checked exists" in line
     data = dataclasses.replace(data, path_map={"/gone": os.path.dirname(rows[0]["filepath"])})
-    (line, ok), _ = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
+    (line, ok), _ = birdjepa.launch.check_shards(dataclasses.replace(base, data=data))
     assert ok, line
 
 

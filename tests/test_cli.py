@@ -20,7 +20,7 @@ import birdjepa.evaluate.eval_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMANDS = [
-    "birdjepa.train", "birdjepa.pretrain", "birdjepa.launch", "birdjepa.evaluate",
+    "birdjepa.pretrain", "birdjepa.launch", "birdjepa.evaluate",
     "birdjepa.evaluate.report", "birdjepa.embed", "birdjepa.predict", "birdjepa.export",
     "birdjepa.demo_data", "birdjepa.sources", "birdjepa.sources pack",
     "birdjepa.sources from_annotations", "benchmarks",
@@ -98,7 +98,7 @@ def test_help_keeps_a_fields_first_sentence_and_drops_internal_remarks():
 
 
 def test_booleans_are_flag_and_no_flag(helps):
-    assert "--optim.muon, --no_optim.muon" in helps["birdjepa.train"].stdout
+    assert "--optim.muon, --no_optim.muon" in helps["birdjepa.pretrain"].stdout
     assert "--dry_run, --no_dry_run" in helps["birdjepa.launch"].stdout
     assert "--centre, --no_centre" in helps["birdjepa.embed"].stdout
     cfg = birdjepa.config.command_line.cli(["--no_optim.muon", "--model.qk_norm", "--n_classes=3"])
@@ -107,19 +107,14 @@ def test_booleans_are_flag_and_no_flag(helps):
 
 
 def test_train_bad_value_is_one_line_and_exit_2():
-    r = run("birdjepa.train", "--batch_size=abc")
+    r = run("birdjepa.pretrain", "--batch_size=abc")
     assert r.returncode == 2, r.stderr
     assert r.stderr == "error: argument --batch_size: expected an int, got 'abc'\n"
     assert r.stdout == ""
 
 
-MAINS = {
-    "birdjepa.train": "birdjepa.train.cli", "birdjepa.launch": "birdjepa.launch.sweep",
-    "birdjepa.evaluate": "birdjepa.evaluate.cli", "birdjepa.evaluate.report":
-    "birdjepa.evaluate.report", "birdjepa.embed": "birdjepa.models.embed_cli",
-    "birdjepa.predict": "birdjepa.models.detect", "birdjepa.export": "birdjepa.models.artifact",
-    "birdjepa.demo_data": "birdjepa.demo_data.cli", "birdjepa.sources": "birdjepa.sources",
-}
+MAINS = {c: f"{c}.__main__" if c in ("birdjepa.launch", "birdjepa.evaluate", "birdjepa.demo_data")
+         else c for c in COMMANDS if c.startswith("birdjepa.") and " " not in c}
 """The module whose main(argv) each command runs."""
 
 
@@ -132,13 +127,13 @@ def exit_status(command: str, argv: list[str]) -> int:
 
 
 @pytest.mark.parametrize("command,argv,message", [
-    ("birdjepa.train", ["--resume=bogus"], "error: argument --resume: expected one of auto, "
+    ("birdjepa.pretrain", ["--resume=bogus"], "error: argument --resume: expected one of auto, "
      "never, force, extend, got 'bogus'"),
-    ("birdjepa.train", ["--optim.lrr=0.1"], "error: unknown option --optim.lrr; did you mean "
+    ("birdjepa.pretrain", ["--optim.lrr=0.1"], "error: unknown option --optim.lrr; did you mean "
      "--optim.lr"),
-    ("birdjepa.train", ["--data.path_map", "no-equals"], "error: argument --data.path_map: "
+    ("birdjepa.pretrain", ["--data.path_map", "no-equals"], "error: argument --data.path_map: "
      "expected OLD=NEW"),
-    ("birdjepa.train", ["--optim.muon=maybe"], "error: argument --optim.muon: expected true or "
+    ("birdjepa.pretrain", ["--optim.muon=maybe"], "error: argument --optim.muon: expected true or "
      "false"),
     ("birdjepa.launch", ["--sweep=x", "--n_hours=soon"], "error: argument --n_hours: expected "
      "a number, got 'soon'"),

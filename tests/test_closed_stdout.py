@@ -10,7 +10,7 @@ import pytest
 import resume_helpers as h
 import tiny
 
-import birdjepa.train.cli
+import birdjepa.pretrain
 
 
 @pytest.mark.heavy
@@ -27,7 +27,7 @@ def test_ctrl_c_with_stdout_closed_still_saves(tmp_path, demo_corpus):
                 break
         p.stdout.close()  # tee is gone: the trainer's next write finds the pipe closed
         p.send_signal(signal.SIGINT)
-        assert p.wait(timeout=240) == birdjepa.train.cli.EXIT_PREEMPTED
+        assert p.wait(timeout=240) == birdjepa.pretrain.EXIT_PREEMPTED
     finally:
         p.kill()
     steps = [int(d.name) for d in (run_dir / "checkpoints").iterdir() if d.name.isdigit()]

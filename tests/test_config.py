@@ -331,7 +331,7 @@ def test_start_up_errors_are_one_line_exit_2_and_leave_no_run_dir(tmp_path, shar
     import contextlib
     import io
 
-    import birdjepa.train.cli
+    import birdjepa.pretrain
 
     run_dir = tmp_path / "run"
     argv = ["--cfg", str(REPO / "configs/demo.toml"), "--n_classes=3", "--n_steps=1",
@@ -339,7 +339,7 @@ def test_start_up_errors_are_one_line_exit_2_and_leave_no_run_dir(tmp_path, shar
             f"--run_dir={run_dir}", "--wandb.mode=disabled", "--data.n_workers=1"]
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = birdjepa.train.cli.main(argv + [a.format(tmp=tmp_path) for a in args])
+        code = birdjepa.pretrain.main(argv + [a.format(tmp=tmp_path) for a in args])
     lines = err.getvalue().strip().splitlines()
     assert code == 2 and len(lines) == 1, lines
     assert message.format(tmp=tmp_path) in lines[0], lines

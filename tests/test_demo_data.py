@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 
 import birdjepa.demo_data as demo_data
-import birdjepa.demo_data.cli
+import birdjepa.demo_data.__main__
 from birdjepa.common.outputs import LEDGER
 
 N_RECORDINGS = 36
@@ -305,8 +305,8 @@ def test_overwrite_replaces_only_an_earlier_demo_corpus(tmp_path, kind):
 def test_cli(tmp_path, capsys):
     out = tmp_path / "cli"
     argv = ["--out_dir", str(out), "--n-recordings", "3", "--n-shards", "2", "--seed", "4"]
-    assert birdjepa.demo_data.cli.main([*argv, "--min-s", "1", "--max-s", "2", "--workers", "1"]) == 0
+    assert birdjepa.demo_data.__main__.main([*argv, "--min-s", "1", "--max-s", "2", "--workers", "1"]) == 0
     printed = capsys.readouterr().out
     assert "wrote 3 recordings" in printed and "rufchi1" in printed
     assert len(list(out.glob("data-*-of-00002.arrow"))) == 2
-    assert birdjepa.demo_data.cli.main([*argv]) == 2  # exists: refused
+    assert birdjepa.demo_data.__main__.main([*argv]) == 2  # exists: refused

@@ -17,13 +17,14 @@ from test_models_cli import WINDOW, corpus, run_dir  # noqa: F401 (shared module
 
 import birdjepa
 import birdjepa.config.architecture
+import birdjepa.embed
 import birdjepa.model
 import birdjepa.models
 import birdjepa.models.columns
 import birdjepa.models.detect
-import birdjepa.models.embed_cli
 import birdjepa.models.inference as inference
 import birdjepa.models.recordings as recordings
+import birdjepa.predict
 import birdjepa.sources
 from birdjepa.common.outputs import LEDGER
 
@@ -43,7 +44,7 @@ def test_npz_from_audio_files_has_file_duration_and_true_end(run_dir, corpus, tm
     """Item 3: main raised `savez() got multiple values for argument 'file'` after the compute,
     and end_s was start_s + window even past the recording's end."""
     out = tmp_path / "e.npz"
-    assert birdjepa.models.embed_cli.main([str(run_dir), str(corpus / "files"), "--out", str(out),
+    assert birdjepa.embed.main([str(run_dir), str(corpus / "files"), "--out", str(out),
                                 "--window_s", str(WINDOW), "--quiet"]) == 0
     with np.load(out, allow_pickle=True) as z:
         files, start, end = z["file"], z["start_s"], z["end_s"]
@@ -75,7 +76,7 @@ def test_predict_options_are_checked_before_the_model_is_opened(extra, message, 
     model does not exist: the option's error proves nothing was loaded or computed first."""
     argv = [str(tmp_path / "no-model"), str(corpus / "files"), "--out",
             str(tmp_path / "d.csv"), "--quiet", *extra]
-    assert birdjepa.models.detect.main(argv) == 2
+    assert birdjepa.predict.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {message}"]
 
@@ -90,7 +91,7 @@ def test_output_paths_are_checked_before_any_compute(corpus, tmp_path, capsys): 
              (tmp_path / "a-dir.npz", "--out: expected a file, got the directory")]
     for out, message in cases:
         argv = [str(tmp_path / "no-model"), str(corpus / "files"), "--out", str(out)]
-        assert birdjepa.models.embed_cli.main(argv) == 2, out
+        assert birdjepa.embed.main(argv) == 2, out
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], (out, err)
 
@@ -105,7 +106,7 @@ def test_bad_directory_entries_and_bad_files_are_counted_skips_named_by_file(
     (d / "bad1.wav").write_bytes(b"RIFF not really a wave file")
     (d / "bad2.flac").write_bytes(b"\x00" * 64)
     out = tmp_path / "e.parquet"
-    assert birdjepa.models.embed_cli.main([str(run_dir), str(d), "--out", str(out), "--window_s",
+    assert birdjepa.embed.main([str(run_dir), str(d), "--out", str(out), "--window_s",
                                 str(WINDOW)]) == 0
     lines = [ln for ln in capsys.readouterr().err.replace("\r", "\n").splitlines() if ln]
     warns = [ln for ln in lines if ln.startswith("warning:")]
@@ -188,10 +189,10 @@ def test_raven_selection_tables_read_back(run_dir, corpus, tmp_path):  # noqa: F
     Raven reads them (tab-separated, one header line) and equal to the CSV detections."""
     common = [str(run_dir), str(corpus / "files"), "--window_s", str(WINDOW), "--top_k", "2",
               "--min_conf", "0.0", "--quiet"]
-    assert birdjepa.models.detect.main([*common, "--out", str(tmp_path / "d.csv")]) == 0
-    assert birdjepa.models.detect.main([*common, "--format", "raven", "--out",
+    assert birdjepa.predict.main([*common, "--out", str(tmp_path / "d.csv")]) == 0
+    assert birdjepa.predict.main([*common, "--format", "raven", "--out",
                                   str(tmp_path / "all.txt")]) == 0
-    assert birdjepa.models.detect.main([*common, "--format", "raven", "--out_dir",
+    assert birdjepa.predict.main([*common, "--format", "raven", "--out_dir",
                                   str(tmp_path / "tables")]) == 0
     ref = pyarrow.csv.read_csv(tmp_path / "d.csv").to_pylist()
     rows = _read_raven(tmp_path / "all.txt")
@@ -226,13 +227,13 @@ def test_raven_selection_tables_read_back(run_dir, corpus, tmp_path):  # noqa: F
 
 def test_raven_needs_audio_files_and_one_output(run_dir, corpus, tmp_path, capsys):  # noqa: F811
     base = [str(run_dir), "--format", "raven", "--quiet"]
-    assert birdjepa.models.detect.main([*base, str(corpus / "shards"), "--out",
+    assert birdjepa.predict.main([*base, str(corpus / "shards"), "--out",
                                   str(tmp_path / "a.txt")]) == 2
     assert "--format raven: expected audio files as SOURCE" in capsys.readouterr().err
-    assert birdjepa.models.detect.main([*base, str(corpus / "files"), "--out",
+    assert birdjepa.predict.main([*base, str(corpus / "files"), "--out",
                                   str(tmp_path / "a.csv")]) == 2
     assert "--out: expected a .txt file" in capsys.readouterr().err
-    assert birdjepa.models.detect.main([str(run_dir), str(corpus / "files"), "--out_dir",
+    assert birdjepa.predict.main([str(run_dir), str(corpus / "files"), "--out_dir",
                                   str(tmp_path / "t")]) == 2
     assert "--out: expected one output" in capsys.readouterr().err
 
@@ -241,7 +242,7 @@ def test_predict_in_python_returns_the_rows_the_cli_writes(run_dir, corpus, tmp_
     """Item 11: `birdjepa.detections(model, source)` and `load_encoder(..., with_head=True)`."""
     rows = birdjepa.models.detect.detections(run_dir, corpus / "files", window_s=WINDOW, top_k=2,
                                           min_conf=0.0)
-    assert birdjepa.models.detect.main([str(run_dir), str(corpus / "files"), "--out",
+    assert birdjepa.predict.main([str(run_dir), str(corpus / "files"), "--out",
                                   str(tmp_path / "d.parquet"), "--window_s", str(WINDOW),
                                   "--top_k", "2", "--min_conf", "0.0", "--quiet"]) == 0
     assert pq.read_table(tmp_path / "d.parquet").equals(pyarrow.table(rows))
@@ -258,7 +259,7 @@ def test_predict_in_python_returns_the_rows_the_cli_writes(run_dir, corpus, tmp_
 
 
 def _embed(run_dir, source, out):  # noqa: F811
-    assert birdjepa.models.embed_cli.main([str(run_dir), str(source), "--out", str(out),
+    assert birdjepa.embed.main([str(run_dir), str(source), "--out", str(out),
                                            "--window_s", str(WINDOW), "--quiet"]) == 0
     return pq.read_table(out)
 
@@ -346,7 +347,7 @@ def test_window_the_model_cannot_see_is_refused(run_dir, corpus, tmp_path, capsy
                                                 message):
     """Issue 38 items 10 and 16: a 10 s window on a 5 s model was cut to 5 s (sound after 5 s
     embedded as silence, the row claiming 0-10 s); a 0.01 s window held no frame."""
-    for main in (birdjepa.models.embed_cli.main, birdjepa.models.detect.main):
+    for main in (birdjepa.embed.main, birdjepa.predict.main):
         assert main([str(run_dir), str(corpus / "files"), "--out", str(tmp_path / "x.parquet"),
                      "--window_s", window, "--quiet"]) == 2
         assert message in capsys.readouterr().err
@@ -393,8 +394,8 @@ def test_raven_high_freq_is_the_recordings_nyquist_below_the_models(run_dir, cor
         soundfile.write(d / f"{name}.wav", 0.1 * rng.standard_normal(2 * sr), sr)
     common = [str(run_dir), str(d), "--window_s", str(WINDOW), "--min_conf", "0.0", "--quiet",
               "--format", "raven"]
-    assert birdjepa.models.detect.main([*common, "--out", str(tmp_path / "all.txt")]) == 0
-    assert birdjepa.models.detect.main([*common, "--out_dir", str(tmp_path / "t")]) == 0
+    assert birdjepa.predict.main([*common, "--out", str(tmp_path / "all.txt")]) == 0
+    assert birdjepa.predict.main([*common, "--out_dir", str(tmp_path / "t")]) == 0
     top = {}
     for r in _read_raven(tmp_path / "all.txt"):
         top.setdefault(os.path.basename(r["Begin Path"]), set()).add(float(r["High Freq (Hz)"]))

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import birdjepa.evaluate.__main__
 import birdjepa.evaluate.checks
-import birdjepa.evaluate.cli
 import birdjepa.evaluate.eval_config as eval_config
 
 NAMES = ["a", "b", "c"]
@@ -69,7 +69,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_inputs_fail_in_one_line_before_any_embedding(case, splits, embed_calls, capsys):
     extra, message = CASES[case]
-    assert birdjepa.evaluate.cli.main(base_args(splits, extra)) == 2
+    assert birdjepa.evaluate.__main__.main(base_args(splits, extra)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert message in err and "Traceback" not in err
@@ -85,7 +85,7 @@ def test_class_lists_and_empty_labels_fail_before_any_embedding(splits, embed_ca
              "every class of the test list, got "),
             (["--test_shards", str(splits / "empty")], "config key 'test_label_column': "
              "expected at least one positive label (every metric would be NaN), got 3 rows")):
-        assert birdjepa.evaluate.cli.main(base_args(splits, extra)) == 2
+        assert birdjepa.evaluate.__main__.main(base_args(splits, extra)) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
         assert "test set " in err
@@ -169,7 +169,7 @@ def test_paths_in_a_toml_resolve_against_its_directory(splits, tmp_path, monkeyp
 def test_a_missing_path_in_a_toml_names_its_key(toml, key, splits, capsys):
     (splits / "cfg").mkdir()
     (splits / "cfg" / "e.toml").write_text(toml + "\n")
-    assert birdjepa.evaluate.cli.main(["--cfg", str(splits / "cfg" / "e.toml")]) == 2
+    assert birdjepa.evaluate.__main__.main(["--cfg", str(splits / "cfg" / "e.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     value = toml.rsplit("= ", 1)[1].strip('[]"')
     assert err == [f"error: config key {key!r} in {splits / 'cfg' / 'e.toml'}: expected an "
@@ -180,7 +180,7 @@ def test_a_missing_path_in_a_toml_names_its_key(toml, key, splits, capsys):
 def test_a_missing_random_config_on_the_command_line_names_its_key(splits, capsys):
     argv = base_args(splits)
     argv[argv.index("--random") + 1] = "nope.toml"
-    assert birdjepa.evaluate.cli.main(argv) == 2
+    assert birdjepa.evaluate.__main__.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: config key 'random[0]': expected an "
                                                "existing training config TOML, got 'nope.toml'")

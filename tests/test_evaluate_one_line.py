@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 import birdjepa.demo_data
+import birdjepa.evaluate.__main__
 import birdjepa.evaluate.cache
-import birdjepa.evaluate.cli
 
 TINY = """
 n_classes = 12
@@ -53,7 +53,7 @@ def corpus(tmp_path_factory):
 
 def _evaluate(root, capsys, *extra, test="test") -> tuple[int, list[str]]:
     capsys.readouterr()
-    rc = birdjepa.evaluate.cli.main([
+    rc = birdjepa.evaluate.__main__.main([
         "--random", str(root / "tiny.toml"), "--train_shards", str(root / "train"),
         "--test_shards", str(root / test), "--shots", "0", "--seeds", "0", "--out_dir",
         str(root / "out"), *extra])

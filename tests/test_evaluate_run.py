@@ -16,7 +16,7 @@ import tiny
 
 import birdjepa.demo_data
 import birdjepa.evaluate
-import birdjepa.evaluate.cli
+import birdjepa.evaluate.__main__
 import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.probes as probes
@@ -131,13 +131,13 @@ def test_config_defaults_are_the_protocol():
 
 def test_cli_rejects_unknown_and_bad_keys(tmp_path, capsys):
     (tmp_path / "e.toml").write_text('encoders = ["x"]\nbogus = 1\n')
-    assert birdjepa.evaluate.cli.main(["--cfg", str(tmp_path / "e.toml")]) == 2
+    assert birdjepa.evaluate.__main__.main(["--cfg", str(tmp_path / "e.toml")]) == 2
     assert "unknown config key 'bogus'" in capsys.readouterr().err
     (tmp_path / "p.toml").write_text('encoders = ["x"]\n[probe]\nlr = "fast"\n')
     with pytest.raises(eval_config.birdjepa.config.ConfigError, match="probe.lr"):
         eval_config.load(str(tmp_path / "p.toml"))
     (tmp_path / "k.toml").write_text('encoders = ["."]\nprobes = ["svm"]\n')
-    assert birdjepa.evaluate.cli.main(["--cfg", str(tmp_path / "k.toml")]) == 2
+    assert birdjepa.evaluate.__main__.main(["--cfg", str(tmp_path / "k.toml")]) == 2
     assert "'probes': expected values in" in capsys.readouterr().err
 
 

@@ -20,6 +20,7 @@ import tiny
 
 import birdjepa
 import birdjepa.config.architecture
+import birdjepa.export
 import birdjepa.model
 import birdjepa.models.arrays as arrays
 import birdjepa.models.artifact as artifact
@@ -99,7 +100,7 @@ def run_dir(tmp_path_factory):
 @pytest.mark.heavy
 def test_run_export_equals_embed_and_the_card_recipe(run_dir, tmp_path):
     out = tmp_path / "onnx"
-    assert artifact.main([str(run_dir), "--out_dir", str(out), "--format", "onnx"]) == 0
+    assert birdjepa.export.main([str(run_dir), "--out_dir", str(out), "--format", "onnx"]) == 0
     meta = json.loads((out / "config.json").read_text())
     assert meta["onnx"]["input"] == {"fbank": ["batch", 32, 64]}
     assert meta["onnx"]["outputs"] == {"embedding": ["batch", 32], "logits": ["batch", 4],
@@ -182,18 +183,18 @@ def test_bfloat16_model_exports_in_float32(run_dir, tmp_path):
 
 
 def test_export_of_what_is_not_a_run_names_run_dir(tmp_path, capsys):
-    assert artifact.main(["missing-run", "--out_dir", str(tmp_path / "o")]) == 2
+    assert birdjepa.export.main(["missing-run", "--out_dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("error: RUN_DIR: expected a training run directory (config.toml or "
                    "checkpoints/), got 'missing-run'")
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
-    assert artifact.main(["missing-run", "--out_dir", str(tmp_path), "--format", "onnx"]) == 2
+    assert birdjepa.export.main(["missing-run", "--out_dir", str(tmp_path), "--format", "onnx"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "MODEL" in err
     with pytest.raises(SystemExit) as e:
-        artifact.main(["missing-run", "--out_dir", str(tmp_path), "--format", "tflite"])
+        birdjepa.export.main(["missing-run", "--out_dir", str(tmp_path), "--format", "tflite"])
     assert e.value.code == 2
 
 
@@ -202,7 +203,7 @@ def test_bird_mae_base_spec_exports(tmp_path):
     sd = test_models_import.random_state_dict(768, 12, seed=2)
     birdjepa.models.safetensors.save(sd, tmp_path / "base.safetensors")
     spec = f"bird-mae-base:{tmp_path / 'base.safetensors'}"
-    assert artifact.main([spec, "--out_dir", str(tmp_path / "onnx"), "--format", "onnx"]) == 0
+    assert birdjepa.export.main([spec, "--out_dir", str(tmp_path / "onnx"), "--format", "onnx"]) == 0
     x_n = wave(5.0, seed=2)
     want = birdjepa.embeddings(spec, (x_n, SR))["emb_mean"]
     m = artifact.open_model(spec)
@@ -250,7 +251,7 @@ def test_the_cards_recipe_at_a_recordings_end_and_on_a_short_clip_equals_embed(t
     literally, the card now gives embed's embedding to 1e-3, for every pad."""
     run = _run_with_pad(tmp_path, pad)
     out = tmp_path / "onnx"
-    assert artifact.main([str(run), "--out_dir", str(out), "--format", "onnx"]) == 0
+    assert birdjepa.export.main([str(run), "--out_dir", str(out), "--format", "onnx"]) == 0
     card = (out / "README.md").read_text()
     win = round(1.28 * SR)
     for seconds, starts in ((2 * 1.28 - 0.47, (0, win)), (1.03, (0,))):  # a last, a short one

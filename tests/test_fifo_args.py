@@ -15,8 +15,9 @@ from test_models_cli import run_dir  # noqa: F401 (shared module fixture)
 import birdjepa._rs
 import birdjepa.data
 import birdjepa.data.ipc
+import birdjepa.embed
 import birdjepa.models.detect
-import birdjepa.models.embed_cli
+import birdjepa.predict
 import birdjepa.sources
 
 
@@ -41,7 +42,7 @@ def test_loader_and_readers_refuse_a_fifo(fifo):
 def test_commands_refuse_a_fifo_argument(fifo, tmp_path, capsys, run_dir):  # noqa: F811
     assert birdjepa.sources.main(["pack", str(fifo), "--out_dir", str(tmp_path / "p")]) == 2
     assert "got a FIFO (named pipe)" in capsys.readouterr().err
-    for main in (birdjepa.models.embed_cli.main, birdjepa.models.detect.main):
+    for main in (birdjepa.embed.main, birdjepa.predict.main):
         assert main([str(run_dir), str(fifo), "--out", str(tmp_path / "x.parquet")]) == 2
         assert f"SOURCE: expected an audio file, a directory or Arrow shards, got '{fifo}', " \
                "a FIFO (named pipe)" in capsys.readouterr().err

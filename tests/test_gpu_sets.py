@@ -101,9 +101,9 @@ def test_launch_dry_run_prints_each_ranks_node_and_gpus():
     four ranks, two per node, each driving its half of the node's GPUs."""
     import birdjepa.launch.sweep
 
-    lc = birdjepa.launch.sweep.LaunchConfig(sweep="x", slurm=birdjepa.launch.sweep.SlurmConfig(nodes=2, tasks_per_node=2,
+    lc = birdjepa.launch.LaunchConfig(sweep="x", slurm=birdjepa.launch.SlurmConfig(nodes=2, tasks_per_node=2,
                                                                  gpus_per_node=4))
-    lines = birdjepa.launch.sweep.layout_lines(lc)
+    lines = birdjepa.launch.dry_run.layout_lines(lc)
     assert lines[0].startswith("layout: 2 node(s) x 2 task(s) = 4 JAX process(es); "
                                "coordinator: node 0")
     assert lines[1:] == [
@@ -111,13 +111,13 @@ def test_launch_dry_run_prints_each_ranks_node_and_gpus():
         "layout: rank 1: node 0, local rank 1, GPUs 2,3",
         "layout: rank 2: node 1, local rank 0, GPUs 0,1",
         "layout: rank 3: node 1, local rank 1, GPUs 2,3"]
-    one = birdjepa.launch.sweep.LaunchConfig(sweep="x", slurm=birdjepa.launch.sweep.SlurmConfig(nodes=2, gpus_per_node=4))
-    assert birdjepa.launch.sweep.layout_lines(one)[1:] == ["layout: rank 0: node 0, local rank 0, GPUs 0,1,2,3",
+    one = birdjepa.launch.LaunchConfig(sweep="x", slurm=birdjepa.launch.SlurmConfig(nodes=2, gpus_per_node=4))
+    assert birdjepa.launch.dry_run.layout_lines(one)[1:] == ["layout: rank 0: node 0, local rank 0, GPUs 0,1,2,3",
                                             "layout: rank 1: node 1, local rank 0, GPUs 0,1,2,3"]
-    cpu = birdjepa.launch.sweep.LaunchConfig(sweep="x", slurm=birdjepa.launch.sweep.SlurmConfig(tasks_per_node=2))
-    assert birdjepa.launch.sweep.layout_lines(cpu)[2] == "layout: rank 1: node 0, local rank 1, CPU"
-    odd = birdjepa.launch.sweep.LaunchConfig(sweep="x", slurm=birdjepa.launch.sweep.SlurmConfig(tasks_per_node=3,
+    cpu = birdjepa.launch.LaunchConfig(sweep="x", slurm=birdjepa.launch.SlurmConfig(tasks_per_node=2))
+    assert birdjepa.launch.dry_run.layout_lines(cpu)[2] == "layout: rank 1: node 0, local rank 1, CPU"
+    odd = birdjepa.launch.LaunchConfig(sweep="x", slurm=birdjepa.launch.SlurmConfig(tasks_per_node=3,
                                                                   gpus_per_node=4))
-    with pytest.raises(birdjepa.launch.sweep.SweepError, match="to divide evenly over its 3 tasks"):
-        birdjepa.launch.sweep.layout_lines(odd)
-    assert birdjepa.launch.sweep.layout_lines(birdjepa.launch.sweep.LaunchConfig(sweep="x", executor="local")) == []
+    with pytest.raises(birdjepa.launch.SweepError, match="to divide evenly over its 3 tasks"):
+        birdjepa.launch.dry_run.layout_lines(odd)
+    assert birdjepa.launch.dry_run.layout_lines(birdjepa.launch.LaunchConfig(sweep="x", executor="local")) == []

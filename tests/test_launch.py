@@ -14,8 +14,10 @@ import submitit  # noqa: F401 - imported before output capture: its logger binds
 
 import birdjepa.config.command_line
 import birdjepa.launch as launch
+import birdjepa.launch.__main__
 import birdjepa.launch.gpuplan.rules as rules
 import birdjepa.launch.job
+import birdjepa.launch.sweep
 import birdjepa.runtime.rundir
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -43,7 +45,7 @@ def write_sweep(tmp_path: pathlib.Path, entries: str, name: str = "sw") -> pathl
 
 def test_bad_sweep_fails_whole_naming_entry_and_key(tmp_path, capsys):
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 2e-3, "optim.nope": 1}]')
-    rc = launch.main(["--sweep", str(sweep), "--executor", "local",
+    rc = birdjepa.launch.__main__.main(["--sweep", str(sweep), "--executor", "local",
                       "--log-dir", str(tmp_path / "logs")])
     err = capsys.readouterr().err
     assert rc == 2
@@ -53,7 +55,7 @@ def test_bad_sweep_fails_whole_naming_entry_and_key(tmp_path, capsys):
 
 def test_bad_value_type_names_entry_and_key(tmp_path, capsys):
     sweep = write_sweep(tmp_path, '[{"batch_size": "big"}]')
-    assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 2
+    assert birdjepa.launch.__main__.main(["--sweep", str(sweep), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "entry 0" in err and "batch_size" in err, err
 
@@ -63,7 +65,7 @@ def test_dry_run_prints_resolved_configs_and_submits_nothing(tmp_path, capsys, m
     monkeypatch.chdir(tmp_path)
     demo_shards(tmp_path, demo_audio)
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}, {"optim.lr": 3e-3, "n_steps": 7}]')
-    assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 0
+    assert birdjepa.launch.__main__.main(["--sweep", str(sweep), "--dry-run"]) == 0
     out = capsys.readouterr().out
     cfgs = launch.resolve(sweep)
     assert [c.optim.lr for c in cfgs] == [1e-3, 3e-3]
@@ -230,16 +232,16 @@ def test_entries_runs_only_the_named_entries_under_their_sweep_ids(tmp_path, cap
     ids = [c.run_id for c in launch.resolve(sweep)]
     ran = []
     monkeypatch.setattr(birdjepa.launch.job, "TrainingJob", lambda cfg: ran.append(cfg.run_id))
-    monkeypatch.setattr(launch, "make_executor", lambda lc, **kw: _InlineExecutor())
-    main_out = launch.main(["--sweep", str(sweep), "--executor", "local", "--entries", "2",
+    monkeypatch.setattr(birdjepa.launch.sweep, "make_executor", lambda lc, **kw: _InlineExecutor())
+    main_out = birdjepa.launch.__main__.main(["--sweep", str(sweep), "--executor", "local", "--entries", "2",
                             "--entries", "0"])
     assert main_out == 0 and ran == [ids[0], ids[2]], ran
     out = capsys.readouterr().out
     assert ids[1] not in out and ids[0] in out and ids[2] in out
-    assert launch.main(["--sweep", str(sweep), "--executor", "local", "--entries", "3"]) == 2
+    assert birdjepa.launch.__main__.main(["--sweep", str(sweep), "--executor", "local", "--entries", "3"]) == 2
     assert "--entries: expected indexes 0..2 of the sweep's 3 entries, got [3]" in \
         capsys.readouterr().err
-    assert launch.main(["--sweep", str(sweep), "--dry_run", "--entries", "2"]) == 0
+    assert birdjepa.launch.__main__.main(["--sweep", str(sweep), "--dry_run", "--entries", "2"]) == 0
     out = capsys.readouterr().out
     assert f"entry 2 ({ids[2]}): data.train_shards" in out and "entry 0" not in out
 
@@ -296,17 +298,17 @@ def test_dry_run_says_from_the_plan_whether_each_entry_fits_the_gpu(tmp_path, ca
     rules.save(plan, [planned(a, 12.5)])
     args = ["--sweep", str(sweep), "--dry_run", "--slurm.gpus_per_node", "4",
             "--slurm.gpu", "l40s", "--plan", str(plan)]
-    assert launch.main(args) == 0
+    assert birdjepa.launch.__main__.main(args) == 0
     out = capsys.readouterr().out
     assert f"entry 0 ({a.run_id}): plan: fits on l40s: 12.5 of 48.3 GB (74 % free" in out
     assert f"entry 1 ({b.run_id}): plan: not planned (no row in {plan} for this step at " \
         "batch 16 per GPU on l40s" in out
     rules.save(plan, [planned(a, 12.5), planned(b, 45.0)])
-    assert launch.main(args) == 2
+    assert birdjepa.launch.__main__.main(args) == 2
     out, err = capsys.readouterr()
     assert f"entry 1 ({b.run_id}): plan: does NOT fit on l40s: 45.0 of 48.3 GB" in out
     assert "1 entr(ies) do not fit l40s by the plan" in err
-    assert launch.main([*args[:-4], "--slurm.gpu", "v100"]) == 2
+    assert birdjepa.launch.__main__.main([*args[:-4], "--slurm.gpu", "v100"]) == 2
     assert "--slurm.gpu: expected one of h100, h200, a100-80g, l40s, got 'v100'" in \
         capsys.readouterr().err
 
@@ -316,7 +318,7 @@ def test_two_entries_in_one_run_directory_are_refused(tmp_path, capsys):
     same = str(tmp_path / "runs" / "one")
     sweep = write_sweep(tmp_path, f'[{{"optim.lr": 1e-3, "run_dir": {same!r}}}, '
                                   f'{{"optim.lr": 2e-3, "run_dir": {same!r}}}]')
-    assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 2
+    assert birdjepa.launch.__main__.main(["--sweep", str(sweep), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"expected a run directory per entry, got entries 0 and 1 both in {same}" in err, err
 
@@ -327,7 +329,7 @@ def test_two_entries_in_one_run_directory_are_refused(tmp_path, capsys):
 def test_slurm_counts_out_of_range_are_refused(tmp_path, capsys, flag, value, least):
     """Issue 38 item 22: `--slurm.nodes 0 --slurm.gpus_per_node -2` was accepted."""
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}]')
-    assert launch.main(["--sweep", str(sweep), "--dry-run", f"--slurm.{flag}", value]) == 2
+    assert birdjepa.launch.__main__.main(["--sweep", str(sweep), "--dry-run", f"--slurm.{flag}", value]) == 2
     err = capsys.readouterr().err
     assert f"--slurm.{flag}: expected an int >= {least}, got {value}" in err, err
 
@@ -352,7 +354,7 @@ def test_time_limits_and_sbatch_options_are_checked_before_anything(tmp_path, ca
     --dry_run and ended in tracebacks at submit; 0 or -1 hours became a 1-minute limit."""
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}]')
     for dry in (["--dry-run"], []):
-        assert launch.main(["--sweep", str(sweep), *dry, *flags]) == 2
+        assert birdjepa.launch.__main__.main(["--sweep", str(sweep), *dry, *flags]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err
 
@@ -378,7 +380,7 @@ def test_dry_run_decodes_samples_and_fails_data_that_the_run_would_fail_on(tmp_p
             pa.ipc.new_stream(f, t.schema) as w:
         w.write_table(pa.Table.from_pylist(rows, schema=t.schema))
     sweep = write_sweep(tmp_path, '[{"optim.lr": 1e-3}]')
-    assert launch.main(["--sweep", str(sweep), "--dry_run"]) == 2
+    assert birdjepa.launch.__main__.main(["--sweep", str(sweep), "--dry_run"]) == 2
     out, err = capsys.readouterr()
     (cfg,) = launch.resolve(sweep)
     assert f"entry 0 ({cfg.run_id}): data.train_shards: 20 rows" in out

@@ -11,7 +11,7 @@ import pytest
 import birdjepa
 import birdjepa.config
 import birdjepa.data
-import birdjepa.launch as launch
+import birdjepa.launch.__main__
 import birdjepa.train.loaders
 
 pytestmark = pytest.mark.timeout(120)
@@ -112,7 +112,7 @@ def test_dry_run_opens_every_entrys_shards_and_reports_per_entry(tmp_path, capsy
         "{'data.train_shards': 'train', 'data.eval_shards': 'eval', 'n_classes': 4},"
         "{'data.train_shards': 'train', 'data.eval_shards': 'eval', "
         "'data.label_column': 'ebird_code'}]\n")
-    assert launch.main(["--sweep", str(sweep), "--dry-run"]) == 2
+    assert birdjepa.launch.__main__.main(["--sweep", str(sweep), "--dry-run"]) == 2
     out, err = capsys.readouterr()
     lines = [ln for ln in out.splitlines() if ln.startswith("entry ")]
     assert len(lines) == 6, out

@@ -11,8 +11,8 @@ import soundfile
 import birdjepa
 import birdjepa.audio
 import birdjepa.data.annotation_tables as annotation_tables
-import birdjepa.launch as launch
-import birdjepa.models.detect as detect
+import birdjepa.launch.__main__
+import birdjepa.predict
 import birdjepa.sources
 
 SR = 16000
@@ -33,12 +33,12 @@ def test_make_cfgs_returning_a_non_list_and_a_missing_base_are_one_line(tmp_path
     reported as `--cfg`."""
     odd = tmp_path / "odd.py"
     odd.write_text("def make_cfgs():\n    return 5\n")
-    assert launch.main(["--sweep", str(odd), "--dry-run"]) == 2
+    assert birdjepa.launch.__main__.main(["--sweep", str(odd), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"sweep {odd}: make_cfgs(): expected a list of configs or dicts, got int" in err, err
     nobase = tmp_path / "nobase.py"
     nobase.write_text("BASE = 'no/such.toml'\n\ndef make_cfgs():\n    return [{}]\n")
-    assert launch.main(["--sweep", str(nobase), "--dry-run"]) == 2
+    assert birdjepa.launch.__main__.main(["--sweep", str(nobase), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"sweep {nobase}: BASE: expected a TOML config, got 'no/such.toml'" in err, err
     assert "--cfg" not in err
@@ -60,7 +60,7 @@ def test_a_raven_table_given_as_a_predict_source_is_named(tmp_path, capsys):
     """`predict MODEL DET.txt` said only `error: Not an Arrow file`."""
     table = tmp_path / "DET.txt"
     table.write_text("Selection\tView\tBegin Time (s)\n")
-    assert detect.main(["MODEL", str(table), "--out", str(tmp_path / "o.csv")]) == 2
+    assert birdjepa.predict.main(["MODEL", str(table), "--out", str(tmp_path / "o.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"SOURCE {str(table)!r}: expected an audio file" in err[0] \
         and "a directory of audio, Arrow shards or a dataset directory" in err[0] \

@@ -23,6 +23,7 @@ import tiny
 import birdjepa
 import birdjepa.data.table as table
 import birdjepa.demo_data
+import birdjepa.embed
 import birdjepa.evaluate.eval_config
 import birdjepa.evaluate.runner
 import birdjepa.export
@@ -30,10 +31,10 @@ import birdjepa.models
 import birdjepa.models.arrays as arrays
 import birdjepa.models.artifact
 import birdjepa.models.detect
-import birdjepa.models.embed_cli
 import birdjepa.models.recordings
 import birdjepa.optim
 import birdjepa.params
+import birdjepa.predict
 import birdjepa.runtime.checkpoint
 import birdjepa.runtime.integrity
 import birdjepa.runtime.rundir
@@ -102,7 +103,7 @@ def test_export_round_trip_is_bitwise_and_needs_no_run_directory(run_dir, tmp_pa
 def _embed_cli(model, sources, out, *extra):
     argv = [str(model), *map(str, sources), "--out", str(out), "--window_s", str(WINDOW),
             "--hop_s", str(HOP), "--quiet", *extra]
-    return birdjepa.models.embed_cli.run(birdjepa.models.embed_cli.parser().parse_args(argv))
+    return birdjepa.embed.run(birdjepa.embed.parser().parse_args(argv))
 
 
 def test_embed_cli_on_audio_files_equals_the_python_api(run_dir, corpus, tmp_path):
@@ -145,7 +146,7 @@ def test_embed_cli_on_shards_carries_rows_and_dataset_columns(run_dir, corpus, t
 def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
     argv = [str(run_dir), str(corpus / "files"), "--out", str(tmp_path / "d.csv"),
             "--window_s", str(WINDOW), "--top-k", "2", "--min-conf", "0.0", "--quiet"]
-    assert birdjepa.models.detect.main(argv) == 0
+    assert birdjepa.predict.main(argv) == 0
     t = pyarrow.csv.read_csv(tmp_path / "d.csv")
     assert t.column_names == ["file", "start_s", "end_s", "duration_s", "padded_s", "class",
                               "confidence", "class_index"]
@@ -154,7 +155,7 @@ def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
     assert t.num_rows == 2 * n_windows  # top 2 of every window
     conf = t.column("confidence").to_numpy()
     assert ((conf > 0) & (conf <= 1)).all()
-    args = birdjepa.models.detect.parser().parse_args(argv)
+    args = birdjepa.predict.parser().parse_args(argv)
     where, probs = birdjepa.models.detect.probabilities(
         birdjepa.models.open_model(run_dir), birdjepa.models.recordings.resolve(args.source), args)
     np.testing.assert_allclose(probs.sum(1), 1.0, rtol=1e-5)
@@ -166,11 +167,10 @@ def test_predict_cli_writes_birdnet_style_rows(run_dir, corpus, tmp_path):
 
 @pytest.mark.parametrize("module", ["embed", "predict", "export"])
 def test_help_lists_every_option_and_names_the_module(module, capsys):
-    parser = {"embed": birdjepa.models.embed_cli.parser, "predict":
-              birdjepa.models.detect.parser}.get(module)
-    main = {"embed": birdjepa.models.embed_cli.main,  # = birdjepa.embed.main; importing
-            "predict": birdjepa.models.detect.main,  # birdjepa.embed here would rebind the name
-            "export": birdjepa.export.main}[module]  # birdjepa.embed for every later test
+    parser = {"embed": birdjepa.embed.parser, "predict":
+              birdjepa.predict.parser}.get(module)
+    main = {"embed": birdjepa.embed.main, "predict": birdjepa.predict.main,
+            "export": birdjepa.export.main}[module]
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
@@ -247,12 +247,12 @@ def test_evaluate_takes_an_export_directory(run_dir, tmp_path):
 def test_predict_refuses_a_model_without_a_class_head(run_dir, corpus, tmp_path, capsys):
     m = birdjepa.models.open_model(run_dir)
     headless = birdjepa.models.Model(m.encoder, m.audio, source="bird-mae-base:w.safetensors")
-    args = birdjepa.models.detect.parser().parse_args(
+    args = birdjepa.predict.parser().parse_args(
         ["M", str(corpus / "files"), "--out", str(tmp_path / "d.csv")])
     with pytest.raises(ValueError, match="'bird-mae-base:w.safetensors' has no class head"):
         birdjepa.models.detect.probabilities(
             headless, birdjepa.models.recordings.resolve(args.source), args)
-    assert birdjepa.models.detect.main([str(tmp_path / "nothing"), str(corpus / "files"), "--out",
+    assert birdjepa.predict.main([str(tmp_path / "nothing"), str(corpus / "files"), "--out",
                                   str(tmp_path / "d.csv")]) == 2
     assert "MODEL: expected a run directory" in capsys.readouterr().err
 

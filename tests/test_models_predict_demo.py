@@ -14,6 +14,7 @@ import birdjepa.config
 import birdjepa.data.table as table
 import birdjepa.demo_data
 import birdjepa.models.detect
+import birdjepa.predict
 import birdjepa.runtime.rundir
 import birdjepa.train.loop
 
@@ -34,7 +35,7 @@ def test_predict_finds_demo_species_in_soundscapes_above_chance(tmp_path, demo_c
                               wandb=birdjepa.config.WandbConfig(mode="disabled"))
     birdjepa.train.loop.main(birdjepa.runtime.rundir.assign(birdjepa.config.finalize(cfg)))
     out = tmp_path / "det.parquet"
-    assert birdjepa.models.detect.main([str(tmp_path / "run"), str(tmp_path / "ss"), "--out", str(out),
+    assert birdjepa.predict.main([str(tmp_path / "run"), str(tmp_path / "ss"), "--out", str(out),
                                   "--top_k", "12", "--min_conf", "0", "--quiet"]) == 0
     det = pq.read_table(out).to_pydict()
     names = table.class_names(tmp_path / "ss", "ebird_code_multilabel")

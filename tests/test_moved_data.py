@@ -19,15 +19,16 @@ import birdjepa.config
 import birdjepa.data.from_files
 import birdjepa.data.table as table
 import birdjepa.demo_data.birdset as birdset
+import birdjepa.embed
 import birdjepa.evaluate
+import birdjepa.evaluate.__main__
 import birdjepa.evaluate.checks as checks
-import birdjepa.evaluate.cli
 import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.probes as probes
 import birdjepa.launch.sweep
 import birdjepa.models.detect
-import birdjepa.models.embed_cli
 import birdjepa.models.inference as inference
+import birdjepa.predict
 import birdjepa.sources
 
 pytestmark = pytest.mark.timeout(240)
@@ -64,11 +65,11 @@ def test_embed_reads_moved_data_with_path_map_and_names_it_without(run_dir, move
     out = tmp_path / "e.parquet"
     args = [str(run_dir), moved["train"], "--out", str(out), "--window_s", WINDOW, "--quiet",
             "--pool", "mean"]
-    assert birdjepa.models.embed_cli.main(args) == 2
+    assert birdjepa.embed.main(args) == 2
     line = _one_line(capsys.readouterr().err)
     assert "none of the 12 path-only audio files" in line and moved["old"] in line
     assert "--path_map OLD=NEW" in line and not out.exists()
-    assert birdjepa.models.embed_cli.main(args + ["--path_map", f"{moved['old']}={moved['new']}"]
+    assert birdjepa.embed.main(args + ["--path_map", f"{moved['old']}={moved['new']}"]
                                           ) == 0
     got = pq.read_table(out)
     # The same vectors as embedding the files where they are now, named one by one.
@@ -90,10 +91,10 @@ def test_predict_reads_relative_paths_with_audio_root(run_dir, moved, tmp_path, 
     out = tmp_path / "d.csv"
     args = [str(run_dir), moved["rel"], "--out", str(out), "--window_s", WINDOW, "--quiet",
             "--min_conf", "0"]
-    assert birdjepa.models.detect.main(args) == 2
+    assert birdjepa.predict.main(args) == 2
     line = _one_line(capsys.readouterr().err)
     assert "none of the 3 path-only audio files" in line and "--audio_root DIR" in line
-    assert birdjepa.models.detect.main(args + ["--audio_root", moved["rel_root"]]) == 0
+    assert birdjepa.predict.main(args + ["--audio_root", moved["rel_root"]]) == 0
     rows = birdjepa.detections(run_dir, moved["rel"], window_s=float(WINDOW), min_conf=0.0,
                             audio_root=moved["rel_root"])
     assert sorted(set(rows["row"].to_pylist())) == [0, 1, 2]
@@ -143,7 +144,7 @@ path_map = {{"{moved['old']}" = "{moved['new']}"}}
             "--train_label_column", "ebird_code", "--test_shards", moved["test_5s"],
             "--probes", "knn", "--shots", "0", "--seeds", "0", "--out_dir",
             str(tmp_path / "out2")]
-    assert birdjepa.evaluate.cli.main(base) == 2
+    assert birdjepa.evaluate.__main__.main(base) == 2
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("error: test set 'DEMO': config key 'path_map': expected the audio "
                            "files the path-only rows of test_shards name, got 4 of 4 missing")
@@ -180,16 +181,16 @@ def test_pack_and_launch_dry_run_resolve_moved_data_the_same_way(moved, tmp_path
     base = birdjepa.config.Config()
     data = dataclasses.replace(base.data, train_shards=moved["train"],
                                eval_shards=moved["test_5s"], label_column="ebird_code_multilabel")
-    lines = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
+    lines = birdjepa.launch.check_shards(dataclasses.replace(base, data=data))
     assert [ok for _, ok in lines] == [False, False] and "path_map" in lines[0][0], lines
     data = dataclasses.replace(data, path_map={moved["old"]: moved["new"]})
-    lines = birdjepa.launch.sweep.check_shards(dataclasses.replace(base, data=data))
+    lines = birdjepa.launch.check_shards(dataclasses.replace(base, data=data))
     assert [ok for _, ok in lines] == [True, True], lines
     assert "12/12 audio files found" in lines[0][0] and "4/4 audio files found" in lines[1][0]
 
 
 def test_help_names_the_moved_data_options(capsys):
-    for main in (birdjepa.models.embed_cli.main, birdjepa.models.detect.main):
+    for main in (birdjepa.embed.main, birdjepa.predict.main):
         with pytest.raises(SystemExit):
             main(["--help"])
         text = capsys.readouterr().out

@@ -59,14 +59,14 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
 
 def test_ctrl_c_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
     """Issue 38 item 24: Ctrl-C in embed printed a KeyboardInterrupt traceback."""
-    import birdjepa.models.embed_cli as embed_cli
+    import birdjepa.embed
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(embed_cli, "run", interrupted)
+    monkeypatch.setattr(birdjepa.embed, "run", interrupted)
     out = tmp_path / "e.parquet"
-    assert embed_cli.main(["MODEL", "SRC", "--out", str(out)]) == 130
+    assert birdjepa.embed.main(["MODEL", "SRC", "--out", str(out)]) == 130
     assert capsys.readouterr().err.strip().splitlines() == ["interrupted: no windows written"]
     assert not out.exists()
 
@@ -79,10 +79,10 @@ OURS = {**COLS, "end_s": pa.array([5.0, 10.0]), "duration_s": pa.array([10.0, 10
 def test_a_users_file_is_never_replaced_unasked(tmp_path, capsys, suffix):
     """Issue 38, acceptance: an output never overwrites a file the command did not write (refused
     in one line before any compute, or --overwrite); one of its own outputs is replaced."""
-    import birdjepa.models.detect as detect
-    import birdjepa.models.embed_cli as embed_cli
+    import birdjepa.embed
+    import birdjepa.predict
 
-    main = detect.main if suffix == ".csv" else embed_cli.main  # predict writes CSV tables
+    main = birdjepa.predict.main if suffix == ".csv" else birdjepa.embed.main  # predict writes CSV tables
     theirs = tmp_path / f"mine{suffix}"  # written by the user's own code, not recorded
     recordings._write_as(suffix, {"species": pa.array(["a", "b"]),
                                   "start_s": pa.array([1.0, 2.0])}, theirs)
@@ -101,7 +101,7 @@ def test_a_users_file_is_never_replaced_unasked(tmp_path, capsys, suffix):
 
 
 def test_a_users_raven_table_is_never_replaced_unasked(tmp_path, capsys):
-    import birdjepa.models.detect as detect
+    import birdjepa.predict
 
     audio = tmp_path / "dawn.wav"
     audio.write_bytes(WAV)
@@ -109,11 +109,11 @@ def test_a_users_raven_table_is_never_replaced_unasked(tmp_path, capsys):
     out.mkdir()
     mine = "Selection\tView\tChannel\tBegin Time (s)\tEnd Time (s)\n1\tSpectrogram 1\t1\t0\t1\n"
     (out / "dawn.selections.txt").write_text(mine)  # annotated by hand in Raven
-    rc = detect.main(["MODEL", str(audio), "--format", "raven", "--out_dir", str(out)])
+    rc = birdjepa.predict.main(["MODEL", str(audio), "--format", "raven", "--out_dir", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "dawn.selections.txt', which holds something else; --overwrite" in err
     assert (out / "dawn.selections.txt").read_text() == mine
-    rc = detect.main(["MODEL", str(audio), "--format", "raven", "--out_dir", str(out),
+    rc = birdjepa.predict.main(["MODEL", str(audio), "--format", "raven", "--out_dir", str(out),
                       "--overwrite"])
     assert rc == 2 and "MODEL: expected a run directory" in capsys.readouterr().err
 
@@ -139,13 +139,13 @@ def test_an_output_changed_since_it_was_written_is_not_replaced(tmp_path):
 
 def test_a_users_file_list_beside_a_combined_raven_table_is_never_replaced(tmp_path, capsys):
     """Item 2: `--format raven --out DET.txt` wrote DET.list.txt beside it unchecked."""
-    import birdjepa.models.detect as detect
+    import birdjepa.predict
 
     audio = tmp_path / "dawn.wav"
     audio.write_bytes(WAV)
     mine = tmp_path / "DET.list.txt"
     mine.write_text("my own list\n")
-    rc = detect.main(["MODEL", str(audio), "--format", "raven", "--out", str(tmp_path / "DET.txt")])
+    rc = birdjepa.predict.main(["MODEL", str(audio), "--format", "raven", "--out", str(tmp_path / "DET.txt")])
     err = capsys.readouterr().err
     assert rc == 2 and f"'{mine}', which holds something else; --overwrite" in err, err
     assert mine.read_text() == "my own list\n"
@@ -195,7 +195,7 @@ def test_a_full_disk_under_out_is_one_line_and_keeps_the_old_file(tmp_path, caps
                                                                   monkeypatch):
     """Issue 47 item 20a: a full disk under `embed`/`predict --out` was an OSError traceback
     (the old file was kept: good). One line naming the file and why, exit 1."""
-    import birdjepa.models.embed_cli as embed_cli
+    import birdjepa.embed
 
     out = tmp_path / "e.parquet"
     recordings.write(OURS, out)
@@ -207,9 +207,9 @@ def test_a_full_disk_under_out_is_one_line_and_keeps_the_old_file(tmp_path, caps
     def no_space(table, where):
         raise OSError(errno.ENOSPC, "No space left on device", str(where))
 
-    monkeypatch.setattr(embed_cli, "run", full)
+    monkeypatch.setattr(birdjepa.embed, "run", full)
     monkeypatch.setattr(pyarrow.parquet, "write_table", no_space)
-    assert embed_cli.main(["MODEL", "SRC", "--out", str(out)]) == 1
+    assert birdjepa.embed.main(["MODEL", "SRC", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: could not write {out}: No space left on device (the file there "
                    "before is kept)"], err

@@ -24,18 +24,22 @@ def test_loader_and_audio_names():
 def test_public_modules_re_export_the_same_functions():
     """birdjepa.audio, .sources and .launch are plain modules (no sys.modules swap) that
     re-export the functions of their homes: the same objects, every name in __all__
-    (birdjepa.sources also holds its command line, `main`)."""
+    (birdjepa.sources also holds its command line, `main`; the launcher's is
+    birdjepa.launch.__main__)."""
     for public, home in ((birdjepa.audio, birdjepa.data.audio),
-                         (birdjepa.sources, birdjepa.data.sources),
-                         (birdjepa.launch, birdjepa.launch.sweep)):
+                         (birdjepa.sources, birdjepa.data.sources)):
         assert public is not home and public.__all__, public
         for name in public.__all__:
             assert getattr(public, name) is getattr(home, name), (public.__name__, name)
+    for name in birdjepa.launch.__all__:  # each from its own module of the package
+        obj = getattr(birdjepa.launch, name)
+        home = sys.modules[obj.__module__]
+        assert home.__name__.startswith("birdjepa.launch.") and getattr(home, name) is obj, name
     for name in ("as_mono", "decode", "resample", "fbank", "clip", "info"):
         assert name in birdjepa.audio.__all__, name
     assert {"resolve", "class_names"} <= set(birdjepa.sources.__all__)
     assert callable(birdjepa.sources.main)  # the command's own, not a re-export
-    assert {"main", "resolve", "load_sweep", "LaunchConfig"} <= set(birdjepa.launch.__all__)
+    assert {"resolve", "load_sweep", "LaunchConfig", "check_shards"} <= set(birdjepa.launch.__all__)
 
 
 def test_a_patch_in_the_home_module_reaches_the_package_code(monkeypatch):
@@ -102,7 +106,7 @@ def test_lazy_top_level_names_and_exceptions():
 
 
 def test_entry_points_answer_help_under_the_names_users_type():
-    for mod in ("birdjepa.pretrain", "birdjepa.train", "birdjepa.launch", "birdjepa.embed"):
+    for mod in ("birdjepa.pretrain", "birdjepa.launch", "birdjepa.embed"):
         out = subprocess.run([sys.executable, "-m", mod, "--help"], capture_output=True,
                              text=True, timeout=300)
         assert out.returncode == 0, (mod, out.stderr[-2000:])

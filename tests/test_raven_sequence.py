@@ -15,6 +15,7 @@ from test_models_cli import run_dir  # noqa: F401 (shared module fixture)
 import birdjepa.data.table as table
 import birdjepa.models.detect
 import birdjepa.models.raven as raven
+import birdjepa.predict
 import birdjepa.sources
 
 SR = 32000
@@ -48,8 +49,8 @@ def test_combined_table_is_on_the_file_sequence(run_dir, tmp_path):  # noqa: F81
     files = _recordings(audio)
     common = [str(run_dir), str(audio), "--window_s", "1.0", "--top_k", "2", "--min_conf", "0.0",
               "--quiet", "--format", "raven"]
-    assert birdjepa.models.detect.main([*common, "--out", str(tmp_path / "all.txt")]) == 0
-    assert birdjepa.models.detect.main([*common, "--out_dir", str(tmp_path / "tables")]) == 0
+    assert birdjepa.predict.main([*common, "--out", str(tmp_path / "all.txt")]) == 0
+    assert birdjepa.predict.main([*common, "--out_dir", str(tmp_path / "tables")]) == 0
     order = sorted(os.path.abspath(f) for f in files)  # a.flac, b.wav, c.wav
     assert (tmp_path / "all.list.txt").read_text().splitlines() == order
     # Each file's offset on the sequence: the durations (from the headers) of those before it.
@@ -130,7 +131,7 @@ def test_per_recording_table_names_never_collide(run_dir, tmp_path):  # noqa: F8
     rng = np.random.default_rng(1)
     for name in ("A/rec.wav", "A/rec.flac"):
         soundfile.write(audio / name, 0.1 * rng.standard_normal(SR).astype(np.float32), SR)
-    assert birdjepa.models.detect.main([str(run_dir), str(audio), "--window_s", "1.0",
+    assert birdjepa.predict.main([str(run_dir), str(audio), "--window_s", "1.0",
                                         "--min_conf", "0.0", "--quiet", "--format", "raven",
                                         "--out_dir", str(tmp_path / "tables")]) == 0
     assert len(list((tmp_path / "tables").glob("*.selections.txt"))) == 2

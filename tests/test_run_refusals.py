@@ -75,13 +75,13 @@ def test_run_ids_have_64_bits_and_old_40_bit_run_directories_are_still_found(tmp
 
 
 def _train_cli(monkeypatch, cfg, loaders=tiny.tiny_loaders) -> tuple[int, str, str]:
-    """(exit status, what it printed to stdout, to stderr) of birdjepa.train.cli.main (its error
+    """(exit status, what it printed to stdout, to stderr) of birdjepa.pretrain.main (its error
     handling and exit status) on `cfg` and tiny loaders. Its print calls are recorded (pytest's
     own capture of stderr broke under this in-process CLI call)."""
     import functools
 
+    import birdjepa.pretrain
     import birdjepa.runtime.preemption
-    import birdjepa.train.cli
 
     monkeypatch.setattr(birdjepa.config.command_line, "cli", lambda argv, prog: cfg)
     monkeypatch.setattr(birdjepa.runtime.preemption.Preemption, "install",
@@ -93,11 +93,11 @@ def _train_cli(monkeypatch, cfg, loaders=tiny.tiny_loaders) -> tuple[int, str, s
     def recorded(*args, file=None, **kw):  # what the CLI prints, by stream
         said["err" if file is sys.stderr else "out"].append(" ".join(map(str, args)) + "\n")
 
-    monkeypatch.setattr(birdjepa.train.cli, "print", recorded, raising=False)
+    monkeypatch.setattr(birdjepa.pretrain, "print", recorded, raising=False)
     monkeypatch.setattr(birdjepa.train.run, "print", recorded, raising=False)
     for name in ("stdout", "stderr"):  # main wraps them (survive_closed_output): put them back
         monkeypatch.setattr(sys, name, getattr(sys, name))
-    rc = birdjepa.train.cli.main([])
+    rc = birdjepa.pretrain.main([])
     return rc, "".join(said["out"]), "".join(said["err"])
 
 

@@ -52,7 +52,7 @@ def test_a_second_run_on_a_busy_run_dir_is_refused_in_one_line(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     with birdjepa.runtime.rundir.Lock(run_dir):
-        r = subprocess.run([sys.executable, "-m", "birdjepa.train", "--cfg", "configs/demo.toml",
+        r = subprocess.run([sys.executable, "-m", "birdjepa.pretrain", "--cfg", "configs/demo.toml",
                             f"--run_dir={run_dir}", "--data.train_shards", str(tmp_path),
                             "--data.eval_shards", str(tmp_path)],
                            capture_output=True, text=True, timeout=300, cwd=ROOT,

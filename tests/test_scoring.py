@@ -12,8 +12,9 @@ from test_models_cli import corpus, run_dir  # noqa: F401 (shared module fixture
 import birdjepa.config.identity
 import birdjepa.data
 import birdjepa.data.table as table
+import birdjepa.embed
 import birdjepa.models.detect as detect
-import birdjepa.models.embed_cli as embed_cli
+import birdjepa.predict
 import birdjepa.sources
 
 SR = 16000
@@ -49,7 +50,7 @@ def test_predict_over_a_split_of_windows_gives_exactly_its_windows(run_dir, anno
                                                                   tmp_path, kind):
     want = _split(annotated / kind)
     out = tmp_path / "d.csv"
-    assert detect.main([str(run_dir), str(annotated / kind), "--out", str(out), "--top_k", "1",
+    assert birdjepa.predict.main([str(run_dir), str(annotated / kind), "--out", str(out), "--top_k", "1",
                         "--min_conf", "0", "--quiet"]) == 0
     got = pyarrow.csv.read_csv(out).to_pylist()
     assert [(r["filepath"], r["start_s"], r["end_s"]) for r in got] == want
@@ -57,7 +58,7 @@ def test_predict_over_a_split_of_windows_gives_exactly_its_windows(run_dir, anno
     for r in got:  # the model's 5 s clip: a shorter row's input is padded, and says so
         assert r["padded_s"] == pytest.approx(5.0 - (r["end_s"] - r["start_s"]), abs=1e-6)
     emb = tmp_path / "e.parquet"
-    assert embed_cli.main([str(run_dir), str(annotated / kind), "--out", str(emb),
+    assert birdjepa.embed.main([str(run_dir), str(annotated / kind), "--out", str(emb),
                            "--quiet"]) == 0
     t = pyarrow.parquet.read_table(emb)
     assert list(zip(t.column("start_s").to_pylist(), t.column("end_s").to_pylist(),
@@ -69,15 +70,15 @@ def test_a_table_of_windows_refuses_what_would_ignore_them(run_dir, annotated, t
     src = str(annotated / "windows")
     for extra, word in ((["--centre"], "--centre"), (["--hop_s", "1"], "--hop_s"),
                         (["--window_s", "2"], "--window_s")):
-        assert detect.main([str(run_dir), src, "--out", str(tmp_path / "d.csv"), *extra]) == 2
+        assert birdjepa.predict.main([str(run_dir), src, "--out", str(tmp_path / "d.csv"), *extra]) == 2
         err = capsys.readouterr().err
         assert f"{word}: SOURCE's rows are windows" in err and "--windows recordings" in err, err
     # asked for, whole recordings are a choice: every window of each row's recording
-    assert detect.main([str(run_dir), src, "--out", str(tmp_path / "all.csv"), "--windows",
+    assert birdjepa.predict.main([str(run_dir), src, "--out", str(tmp_path / "all.csv"), "--windows",
                         "recordings", "--min_conf", "0", "--top_k", "1", "--quiet"]) == 0
     assert len(pyarrow.csv.read_csv(tmp_path / "all.csv")) > len(_split(src))
     # rows asked for where there are none
-    assert detect.main([str(run_dir), str(annotated / "siteA.wav"), "--out",
+    assert birdjepa.predict.main([str(run_dir), str(annotated / "siteA.wav"), "--out",
                         str(tmp_path / "f.csv"), "--windows", "rows"]) == 2
     assert "--windows rows: expected a table SOURCE with columns start_time and end_time" in \
         capsys.readouterr().err
@@ -90,7 +91,7 @@ def test_a_row_longer_than_the_models_clip_is_refused_naming_it(run_dir, annotat
     longer = ds.map(lambda r, i: {"end_time": r["start_time"] + (6.0 if i == 2 else 1.0)},
                     with_indices=True)
     longer.save_to_disk(str(tmp_path / "long"))
-    assert detect.main([str(run_dir), str(tmp_path / "long"), "--out",
+    assert birdjepa.predict.main([str(run_dir), str(tmp_path / "long"), "--out",
                         str(tmp_path / "d.csv")]) == 2
     err = capsys.readouterr().err
     assert "row 2" in err and "6 s" in err and "the model's clip, 5 s" in err, err
@@ -145,7 +146,7 @@ def test_a_heads_cmap_equals_the_metric_of_predicts_own_table(birdset_head, tmp_
     classes = table.class_names(b["test_5s"], "ebird_code_multilabel")
     y = table.multi_hot(table.read(b["test_5s"], ["ebird_code_multilabel"]),
                         "ebird_code_multilabel", len(classes))
-    assert detect.main([str(b["run"]), b["test_5s"], "--out", str(tmp_path / "d.csv"),
+    assert birdjepa.predict.main([str(b["run"]), b["test_5s"], "--out", str(tmp_path / "d.csv"),
                         "--top_k", str(len(b["names"])), "--min_conf", "0", "--quiet"]) == 0
     scores = _scores_from_predict(tmp_path / "d.csv", len(y), classes)
     assert np.isfinite(scores).all()
@@ -205,10 +206,10 @@ def test_predicts_default_min_conf_is_the_heads_own(birdset_head, tmp_path):
     for extra, floor in (([], detect.SOFTMAX_MIN_CONF),
                          (["--activation", "sigmoid"], detect.NO_CALL_THRESHOLD)):
         out = tmp_path / f"d{len(extra)}.csv"
-        assert detect.main([*common, *extra, "--out", str(out)]) == 0
+        assert birdjepa.predict.main([*common, *extra, "--out", str(out)]) == 0
         conf = np.asarray(pyarrow.csv.read_csv(out).column("confidence"))
         every = tmp_path / f"all{len(extra)}.csv"
-        assert detect.main([*common, *extra, "--min_conf", "0", "--out", str(every)]) == 0
+        assert birdjepa.predict.main([*common, *extra, "--min_conf", "0", "--out", str(every)]) == 0
         allc = np.asarray(pyarrow.csv.read_csv(every).column("confidence"))
         assert len(conf) == int((allc >= floor).sum()) and (conf >= floor).all()
         assert (allc < floor).any()  # the floor dropped something: it is really applied
@@ -224,12 +225,12 @@ def test_a_species_list_keeps_its_classes_and_names_an_unknown_one(birdset_head,
     lst = tmp_path / "species.txt"
     lst.write_text("# my site\n" + "\n".join(keep) + "\n\n")
     common = [str(b["run"]), b["test_5s"], "--min_conf", "0", "--top_k", "2", "--quiet"]
-    assert detect.main([*common, "--classes", str(lst), "--out", str(tmp_path / "d.csv")]) == 0
+    assert birdjepa.predict.main([*common, "--classes", str(lst), "--out", str(tmp_path / "d.csv")]) == 0
     got = pyarrow.csv.read_csv(tmp_path / "d.csv").to_pylist()
     n_rows = len(table.read(b["test_5s"], ["ebird_code_multilabel"]))
     assert {r["class"] for r in got} == set(keep) and len(got) == 2 * n_rows  # top 2 of the 2
     lst.write_text(f"{keep[0]}\nnotabird\n")
-    assert detect.main([*common, "--classes", str(lst), "--out", str(tmp_path / "e.csv")]) == 2
+    assert birdjepa.predict.main([*common, "--classes", str(lst), "--out", str(tmp_path / "e.csv")]) == 2
     err = capsys.readouterr().err
     assert "--classes" in err and "'notabird'" in err and str(lst) in err, err
     assert not (tmp_path / "e.csv").exists()
@@ -246,7 +247,7 @@ def test_segments_cut_each_detection_for_review_at_the_recordings_own_rate(birds
     x = (0.2 * rng.standard_normal(3 * 22050)).astype(np.float32)
     soundfile.write(audio / "dawn.wav", x, 22050, subtype="FLOAT")
     seg = tmp_path / "seg"
-    assert detect.main([str(b["run"]), str(audio), "--out", str(tmp_path / "d.csv"),
+    assert birdjepa.predict.main([str(b["run"]), str(audio), "--out", str(tmp_path / "d.csv"),
                         "--window_s", "1", "--top_k", "1", "--min_conf", "0", "--quiet",
                         "--segments", str(seg)]) == 0
     rows = pyarrow.csv.read_csv(tmp_path / "d.csv").to_pylist()
@@ -288,7 +289,7 @@ def test_thresholds_reach_their_target_are_saved_exported_and_used_by_predict(
     y = table.multi_hot(table.read(b["test_5s"], ["ebird_code_multilabel"]),
                         "ebird_code_multilabel", len(classes))
     assert got["heads"]["val/run"]["decision"] == "per-class thresholds"
-    assert detect.main([str(run), b["test_5s"], "--top_k", str(len(b["names"])), "--min_conf",
+    assert birdjepa.predict.main([str(run), b["test_5s"], "--top_k", str(len(b["names"])), "--min_conf",
                         "0", "--quiet", "--out", str(tmp_path / "all.csv")]) == 0
     # predict writes float32 confidences: read back at float32 they are the values it compared
     probs = _scores_from_predict(tmp_path / "all.csv", len(y), saved["classes"]).astype(
@@ -312,17 +313,17 @@ def test_thresholds_reach_their_target_are_saved_exported_and_used_by_predict(
     assert "precision=0.6" in (exp / "README.md").read_text()
     # predict: auto (the model's), a number, a file
     common = [str(exp), b["test_5s"], "--top_k", str(len(b["names"])), "--quiet"]
-    assert detect.main([*common, "--out", str(tmp_path / "auto.csv")]) == 0
+    assert birdjepa.predict.main([*common, "--out", str(tmp_path / "auto.csv")]) == 0
     rows = pyarrow.csv.read_csv(tmp_path / "auto.csv").to_pylist()
     thr = dict(zip(saved["classes"], np.float32(saved["thresholds"]), strict=True))
     want = {(i, c) for i in range(len(probs)) for j, c in enumerate(saved["classes"])
             if probs[i, j] >= thr[c]}
     assert {(r["row"], str(r["class"])) for r in rows} == want
-    assert detect.main([*common, "--thresholds", "0.9", "--out", str(tmp_path / "n.csv")]) == 0
+    assert birdjepa.predict.main([*common, "--thresholds", "0.9", "--out", str(tmp_path / "n.csv")]) == 0
     conf = np.asarray(pyarrow.csv.read_csv(tmp_path / "n.csv").column("confidence")) \
         if (tmp_path / "n.csv").stat().st_size > 0 else np.zeros(0)
     assert (conf >= 0.9).all()
-    assert detect.main([*common, "--thresholds", str(run / thresholds.FILE), "--out",
+    assert birdjepa.predict.main([*common, "--thresholds", str(run / thresholds.FILE), "--out",
                         str(tmp_path / "f.csv")]) == 0
     assert (tmp_path / "f.csv").read_text() == (tmp_path / "auto.csv").read_text()
 

@@ -10,6 +10,7 @@ import importlib
 import pathlib
 import subprocess
 import sys
+import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -403,20 +404,44 @@ def _all_imports(tree: ast.Module) -> set[str]:
     return out
 
 
-def test_models_never_import_evaluate_and_nothing_imports_the_embed_or_predict_cli():
+def _command_modules() -> dict[str, str]:
+    """{script name: the module its [project.scripts] entry runs}."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    return {name: target.split(":")[0] for name, target in scripts.items()}
+
+
+def test_a_command_line_lives_in_the_module_its_command_names():
+    """Issue 50 item 6: one kind of place for commands. `python -m birdjepa.X` (and the script
+    birdjepa-X) runs birdjepa/X.py, or birdjepa/X/__main__.py when X is a package: that module
+    is the command line (its options, errors to exit statuses); the work is in the rooms below.
+    Before, the command lines lived in train/cli.py, evaluate/cli.py, demo_data/cli.py,
+    models/birdjepa.embed.py, models/detect.py, models/artifact.py and launch/sweep.py, and training
+    answered to two names (`birdjepa.train`, `birdjepa.pretrain`). A module that defines `main`
+    is one of these, or a sub-command module a command names (evaluate.report): `main(argv)`."""
+    commands = _command_modules()
+    for script, module in commands.items():
+        name = "birdjepa." + script.removeprefix("birdjepa-").replace("-", "_")
+        assert module in (name, f"{name}.__main__"), (script, module)
+        assert (module == name) != (SRC / name.replace(".", "/")).is_dir(), (script, module)
+    mains = sorted(m for m, tree in modules().items() if any(
+        isinstance(n, ast.FunctionDef) and n.name == "main" and n.args.args
+        and n.args.args[0].arg == "argv" for n in tree.body))  # not train.loop.main(cfg)
+    assert mains == sorted({*commands.values(), "birdjepa.evaluate.report"})
+    assert not (SRC / "birdjepa" / "train" / "__main__.py").exists()  # one name: pretrain
+
+
+def test_models_never_import_evaluate_and_nothing_imports_a_command_line():
     """The packages depend one way (evaluate -> models, data), anywhere in a module; and no
-    module imports birdjepa.embed or birdjepa.predict (the command lines' modules: entry points,
-    nothing to build on)."""
+    module imports a command's module (entry points, nothing to build on; tests may)."""
     mods = modules()
     upward = [f"{name} -> {imp}" for name, tree in mods.items() if name.startswith(
         "birdjepa.models") or name.startswith("birdjepa.data")
         for imp in sorted(_all_imports(tree)) if imp.startswith("birdjepa.evaluate")]
     assert upward == []
-    cli = {"birdjepa.embed", "birdjepa.predict"}
-    users = [name for name, tree in mods.items() if cli & _all_imports(tree)]
-    tests = [f.name for f in sorted((ROOT / "tests").rglob("*.py"))
-             if cli & _all_imports(parse(f.read_text()))]
-    assert users == [] and tests == []
+    cli = set(_command_modules().values())
+    users = [f"{name} -> {sorted(cli & _all_imports(tree))}" for name, tree in mods.items()
+             if cli & _all_imports(tree) and name not in cli]
+    assert users == []
 
 
 def test_nothing_outside_train_imports_train():
@@ -454,7 +479,7 @@ def test_config_layer_and_launcher_import_no_jax():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-ROLE_NAMES = {"__main__", "cli"}
+ROLE_NAMES = {"__main__"}
 """Bare module names that say a role, not a thing: allowed in several packages. Issue 50 item 6:
 "config" was one, and birdjepa.evaluate.config imported birdjepa.config, which imported
 birdjepa.data.config: three modules called config in one import chain (now

@@ -15,8 +15,8 @@ import jax
 import numpy as np
 
 import birdjepa.launch.job
+import birdjepa.pretrain
 import birdjepa.runtime.preemption
-import birdjepa.train.cli
 import birdjepa.train.loaders
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -271,7 +271,7 @@ def split_run(cfg, run_dir, *, at: int, n_devices: int = 1, sig=signal.SIGUSR2) 
     p = Proc(cfg, run_dir, n_devices=n_devices)
     assert p.wait_step(at), p.text()
     p.signal(sig)
-    assert p.wait() == birdjepa.train.cli.EXIT_PREEMPTED, p.text()
+    assert p.wait() == birdjepa.pretrain.EXIT_PREEMPTED, p.text()
     stopped = [int(line.split()[1].rstrip(":")) for line in p.lines if "stop requested" in line]
     assert len(stopped) == 1 and at <= stopped[0], p.text()
     assert not (run_dir / "COMPLETE").exists(), "a preempted run must not be marked complete"

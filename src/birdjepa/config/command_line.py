@@ -1,5 +1,5 @@
 """`--cfg FILE.toml` then `--key=value` overrides of a config dataclass: the command line of
-`python -m birdjepa.train` / `pretrain`, `birdjepa.evaluate` and `birdjepa.launch`, in the one
+`python -m birdjepa.pretrain`, `birdjepa.evaluate` and `birdjepa.launch`, in the one
 voice of birdjepa.common.cli_args."""
 
 import sys
@@ -10,7 +10,7 @@ import birdjepa.config.keys as keys
 
 
 def cli(argv: list[str] | None = None, cls=None, *,
-        prog: str = "python -m birdjepa.train",
+        prog: str = "python -m birdjepa.pretrain",
         description: str = "Pretrain a birdjepa encoder.", toml: bool = True,
         toml_paths=None):
     """`--cfg FILE.toml` (optional, loaded first) then `--key=value` overrides of a `cls`

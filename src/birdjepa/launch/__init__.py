@@ -4,19 +4,16 @@ job that runs `birdjepa.train.loop.main` and requeues itself on preemption) and 
 config fit a GPU kind, read by `--dry_run`). Nothing below imports this package; it imports no
 JAX until a job runs on its node (tests/test_structure.py checks both)."""
 
+from birdjepa.launch.dry_run import check_shards
+from birdjepa.launch.launch_config import LaunchConfig, SlurmConfig, SweepError
 from birdjepa.launch.sweep import (
-    LaunchConfig,
-    SlurmConfig,
-    SweepError,
-    check_shards,
     is_complete,
     launch,
     load_sweep,
-    main,
     make_executor,
     resolve,
     run_id_for,
 )
 
 __all__ = ["LaunchConfig", "SlurmConfig", "SweepError", "check_shards", "is_complete", "launch",
-           "load_sweep", "main", "make_executor", "resolve", "run_id_for"]
+           "load_sweep", "make_executor", "resolve", "run_id_for"]

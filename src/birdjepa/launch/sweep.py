@@ -24,91 +24,23 @@ import json
 import math
 import pathlib
 import shutil
-import sys
 import time
-import typing
 
 import submitit
 
 import birdjepa._rs
-import birdjepa.common.cli_args as cli_args
-import birdjepa.common.errors as errors
 import birdjepa.config
 import birdjepa.config.command_line
 import birdjepa.data
 import birdjepa.data.loader
 import birdjepa.data.loader_config
 import birdjepa.data.sources
-import birdjepa.launch.gpuplan.rules as rules
-import birdjepa.launch.gpuplan.targets as targets
+import birdjepa.launch.dry_run as dry_run
 import birdjepa.launch.job as job
 import birdjepa.runtime.preemption
 import birdjepa.runtime.rundir
 import birdjepa.runtime.slurm_env
-
-
-@dataclasses.dataclass(frozen=True)
-class SlurmConfig:
-    partition: str | None = None
-    """Slurm partition (e.g. a preemptible one)."""
-    account: str | None = None
-    """Slurm account to charge."""
-    qos: str | None = None
-    """Slurm quality of service."""
-    nodes: int = 1
-    """Nodes per run; each node runs `tasks_per_node` JAX processes."""
-    tasks_per_node: int = 1
-    """JAX processes per node (one process can drive all of a node's GPUs)."""
-    gpus_per_node: int = 0
-    """GPUs per node."""
-    gpu: str | None = None
-    """GPU kind (h100, h200, a100-80g, l40s): with --dry_run, whether each entry fits one, read
-    from the plan file (`plan`, written by `python -m benchmarks plan`); not sent to Slurm."""
-    cpus_per_task: int | None = None
-    """CPUs per task; default: loader workers (train + eval) + 2, or 16 with data.n_workers =
-    "auto" (the loaders then use what the job gets)."""
-    mem_gb: int = 16
-    """Memory per node in GB."""
-    signal_delay_s: int = 90
-    """Seconds before the time limit at which USR2 is sent (`--signal=USR2@90`)."""
-    max_num_timeout: int = 20
-    """How many times a run may be requeued after a timeout or preemption."""
-    setup: tuple[str, ...] = ()
-    """Shell lines run before the job (e.g. `module load cuda`)."""
-    array_parallelism: int = 64
-    """Most array tasks running at once."""
-    additional_parameters: str = "{}"
-    """Extra sbatch parameters as a JSON object, e.g. '{"constraint": "a100"}'."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchConfig:
-    sweep: str
-    """Path to the sweep file (defines make_cfgs(), optionally BASE)."""
-    executor: typing.Literal["slurm", "local"] = "slurm"
-    """Where to run: a Slurm cluster, or local subprocesses."""
-    n_hours: float = 4.0
-    """Time limit per job in hours (requeued runs get a fresh limit)."""
-    log_dir: str = "logs"
-    """submitit's folder (scripts, stdout/stderr, pickles); one sub-folder per sweep."""
-    dry_run: bool = False
-    """Print the resolved configs, open every entry's train and eval shards (columns and labels
-    against n_classes; no pipelines started) and submit nothing; exit 2 if a check fails."""
-    max_parallel: int = 0
-    """--executor local only: run at most this many of the sweep's runs at once, waiting for
-    each group to end before the next starts, and return when all have ended, printing how each
-    ended (1: one after another, as on a small machine). 0: start every run at once and return
-    right after submitting. (Slurm: --slurm.array_parallelism.)"""
-    entries: tuple[int, ...] = ()
-    """Run only these entries of the sweep, by their index in make_cfgs() (repeat the flag:
-    `--entries 3 --entries 5`); each keeps the run id it has in the whole sweep. Empty: all."""
-    slurm: SlurmConfig = SlurmConfig()
-    plan: str = "runs/gpu-plan.json"
-    """Plan file that --dry_run reads with --slurm.gpu (rows of `python -m benchmarks plan`)."""
-
-
-class SweepError(ValueError):
-    pass
+from birdjepa.launch.launch_config import LaunchConfig, SlurmConfig, SweepError
 
 
 def load_sweep(path: str | pathlib.Path):
@@ -234,117 +166,6 @@ def additional_parameters(s: SlurmConfig) -> dict:
     return extra
 
 
-def check_shards(cfg: birdjepa.config.Config) -> list[tuple[str, bool]]:
-    """Open cfg's train and eval shards as the run will (columns, label range against
-    n_classes), then decode the first failure_window samples of each as the run's loaders will
-    (birdjepa.data.loader.trial: too many failures fail the check, as they would the run): one
-    (line, ok) per split."""
-    d = cfg.data
-    out = []
-    for key in ("train_shards", "eval_shards"):
-        try:
-            birdjepa.config.check_data_paths(cfg)
-            paths = birdjepa.data.resolve_shards(getattr(d, key))
-            mode = "train" if key == "train_shards" else "eval"
-            raw = birdjepa.data.loader_config.rust_json(d, {
-                **birdjepa.data.loader_config.RUN_ARGS, "batch_size": cfg.batch_size, "mode": mode})
-            ds = birdjepa._rs.Dataset(paths, d.audio_column, d.label_column, config=raw)
-            checked, missing = birdjepa.data.loader.check_paths(ds)  # path-only audio
-            names = birdjepa.data.sources.class_names(paths, d.label_column)
-            n_classes = birdjepa.data.loader.class_count(cfg.n_classes or 0, names,
-                                                         d.label_column)
-            labels = birdjepa.data.check_labels(ds, d.label_column)
-            problem = birdjepa.data.label_problem(labels, n_classes)
-            if problem:
-                raise birdjepa.config.ConfigError(problem)
-            span = "no labels" if not labels or labels["min"] is None else (
-                f"labels {labels['min'][0]}..{labels['max'][0]} of n_classes={n_classes}")
-            files = f", {checked - missing}/{checked} audio files found" if checked else ""
-            tried = _trial(cfg, paths, mode, n_classes)
-            out.append((f"data.{key}: {ds.n_rows} rows in {len(paths)} file(s), {span}{files}, "
-                        f"{tried['samples']} samples decoded ({tried['failures']} failed): ok",
-                        True))
-        except (errors.Error, birdjepa.config.ConfigError, OSError) as e:
-            out.append((f"data.{key}: {e}", False))
-    return out
-
-
-def _trial(cfg: birdjepa.config.Config, paths: list[str], mode: str, n_classes: int) -> dict:
-    """birdjepa.data.loader.trial with the settings the run's `mode` loader gets
-    (birdjepa.train.loaders.make_loaders)."""
-    d = cfg.data
-    if mode == "train":
-        return birdjepa.data.loader.trial(paths, config=d, mode=mode, batch_size=cfg.batch_size,
-                                          n_classes=n_classes)
-    ecfg = d.for_eval()
-    if d.eval_label_column:
-        ecfg = dataclasses.replace(ecfg, label_column=d.eval_label_column)
-    return birdjepa.data.loader.trial(paths, config=ecfg, mode=mode, n_classes=n_classes,
-                                      batch_size=d.eval_batch_size or cfg.batch_size)
-
-
-def plan_lines(cfg: birdjepa.config.Config, lc: LaunchConfig) -> list[tuple[str, bool]]:
-    """With --slurm.gpu: whether the entry fits that GPU, from the plan file."""
-    if not lc.slurm.gpu:
-        return []
-    if lc.slurm.gpu not in targets.GPUS:
-        raise SweepError(f"--slurm.gpu: expected one of {', '.join(targets.GPUS)}"
-                         f", got {lc.slurm.gpu!r}")
-    try:
-        rows = rules.load(lc.plan)
-    except ValueError as e:
-        return [(f"plan: {e}", False)]
-    devices = lc.slurm.nodes * max(lc.slurm.gpus_per_node, 1)
-    return [rules.entry_line(cfg, lc.slurm.gpu, devices, rows, lc.plan)]
-
-
-def layout_lines(lc: LaunchConfig) -> list[str]:
-    """Each rank's place in a Slurm run: node, local rank, the node's GPUs it drives
-    (birdjepa.runtime.slurm_env.local_device_ids with every GPU of the node visible to each
-    task; Slurm names the hosts at start) and the coordinator (rank 0's host)."""
-    s = lc.slurm
-    if lc.executor != "slurm":
-        return []
-    gpus = ",".join(map(str, range(s.gpus_per_node)))
-    out = [f"layout: {s.nodes} node(s) x {s.tasks_per_node} task(s) = "
-           f"{s.nodes * s.tasks_per_node} JAX process(es); coordinator: node 0 (the first host "
-           "of SLURM_JOB_NODELIST, never loopback when nodes > 1), port from the job id"]
-    for rank in range(s.nodes * s.tasks_per_node):
-        node, local = divmod(rank, s.tasks_per_node)
-        env = {"SLURM_STEP_TASKS_PER_NODE": f"{s.tasks_per_node}(x{s.nodes})",
-               "SLURM_NODEID": str(node), "SLURM_LOCALID": str(local)}
-        if gpus:
-            env |= {"SLURM_STEP_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus}
-        try:
-            ids = birdjepa.runtime.slurm_env.local_device_ids(env)
-        except birdjepa.runtime.slurm_env.SlurmEnvError as e:
-            raise SweepError(f"--slurm.gpus_per_node {s.gpus_per_node} over --slurm."
-                             f"tasks_per_node {s.tasks_per_node}: {e}") from None
-        where = ("CPU" if not gpus else f"GPUs {gpus}" if ids is None
-                 else "GPUs " + ",".join(map(str, ids)))
-        out.append(f"layout: rank {rank}: node {node}, local rank {local}, {where}")
-    return out
-
-
-def _dry_run(entries: dict[int, birdjepa.config.Config], lc: LaunchConfig) -> None:
-    """`entries`: the sweep's own index -> config, for the entries selected."""
-    for line in layout_lines(lc):
-        print(line)
-    failed = unfit = 0
-    for i, c in entries.items():
-        print(f"# {c.run_id}\n{birdjepa.config.to_toml(c)}")
-        for line, ok in check_shards(c):
-            print(f"entry {i} ({c.run_id}): {line}")
-            failed += not ok
-        for line, ok in plan_lines(c, lc):
-            print(f"entry {i} ({c.run_id}): {line}")
-            unfit += not ok
-    if failed or unfit:
-        plan = f", {unfit} entr(ies) do not fit {lc.slurm.gpu} by the plan" if unfit else ""
-        raise SweepError(f"dry run: {failed} shard check(s) failed{plan} (see the entry lines "
-                         "above)")
-
-
 def is_complete(cfg: birdjepa.config.Config) -> bool:
     return birdjepa.runtime.rundir.is_complete(cfg.run_dir)
 
@@ -412,7 +233,7 @@ def launch(lc: LaunchConfig) -> list:
         raise SweepError(f"--max_parallel: expected 0, or an int >= 1 with --executor local, got "
                          f"{lc.max_parallel} with --executor {lc.executor}")
     if lc.dry_run:
-        _dry_run(entries, lc)
+        dry_run.run(entries, lc)
         return []
     busy = {c.run_id: h for c in todo if (h := birdjepa.runtime.rundir.holder(c.run_dir))}
     for c in todo:  # left training by a launcher that was killed: found, not started again
@@ -512,19 +333,3 @@ class Interrupted(Exception):
         super().__init__(f"interrupted: {ran}; run the same command again to resume; entries "
                          f"not started: {rest}")
         self.signum = signum
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        lc = birdjepa.config.command_line.cli(argv, LaunchConfig, prog="python -m birdjepa.launch",
-                                 description=__doc__.split("\n\n")[0], toml=False)
-        launch(lc)
-    except (SweepError, birdjepa.config.ConfigError) as e:
-        return cli_args.fail(e)
-    except Interrupted as e:
-        job.say(str(e), sys.stderr)
-        return 128 + e.signum
-    except KeyboardInterrupt:  # before or while submitting, not waiting
-        job.say("interrupted: nothing further submitted", sys.stderr)
-        return birdjepa.runtime.preemption.EXIT_INTERRUPTED
-    return 0

@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import sys
 import typing
 
 import equinox as eqx
@@ -28,7 +27,6 @@ import jax
 import numpy as np
 import pyarrow as pa
 
-import birdjepa.common.cli_args as cli_args
 import birdjepa.common.errors as errors
 import birdjepa.common.outputs as outputs
 import birdjepa.config
@@ -402,53 +400,19 @@ def open_model(spec: str | os.PathLike, *, step: int | None = None) -> Model:
     return m
 
 
-def _export_onnx(args) -> pathlib.Path:
-    """`--format onnx`: MODEL (a run, an export or NAME:WEIGHTS) as an ONNX graph, a run under
-    the same refusals as the safetensors export."""
-    out = pathlib.Path(args.out_dir)
+def export_onnx(model: str | os.PathLike, out_dir: str | os.PathLike, *,
+                step: int | None = None, force: bool = False, overwrite: bool = False
+                ) -> pathlib.Path:
+    """`export`'s ONNX form: `model` (a run, an export or NAME:WEIGHTS) as out_dir/model.onnx
+    with its config.json and card, a run under `export`'s refusals (needs the optional onnx
+    extra: jax2onnx is imported by birdjepa.models.onnx_export)."""
+    out = pathlib.Path(out_dir)
     _check_out_dir(out, (onnx_export.FILE, "config.json", "README.md"),
-                   overwrite=args.overwrite, source=args.run_dir)
-    run = parse_spec(args.run_dir).kind == "run"
-    m = open_model(args.run_dir, step=args.step)
+                   overwrite=overwrite, source=model)
+    run = parse_spec(model).kind == "run"
+    m = open_model(model, step=step)
     why = _unsound(m) if run else None
-    if why and not args.force:
-        raise ExportRefused(f"{args.run_dir}: expected a finished run with finite parameters, "
+    if why and not force:
+        raise ExportRefused(f"{model}: expected a finished run with finite parameters, "
                             f"but {why}; use --force to export it anyway")
     return onnx_export.export(m, out)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m birdjepa.export MODEL --out_dir DIR [--step N] [--format F]`; its options."""
-    p = cli_args.Parser(
-        "python -m birdjepa.export",
-        "Write a run's encoder for use without this package's checkpoints: "
-        "encoder.safetensors (arrays by path), head.safetensors (the supervised head, else the "
-        "online probe), config.json (model, audio settings, class names, the run's config) and "
-        "a README.md model card. Load it with birdjepa.load_encoder(DIR), or give DIR as "
-        "MODEL to python -m birdjepa.embed / birdjepa.predict. With --format onnx: model.onnx "
-        "(normalised fbank in; pooled embedding and, with a head, class probabilities out), "
-        "config.json and a card saying how to compute the input.")
-    p.add_argument("run_dir", metavar="MODEL", help="a training run directory; with --format "
-                   "onnx also an export directory or NAME:WEIGHTS (bird-mae-base:PATH)")
-    p.add_argument("--out_dir", required=True, help="directory to write (created)")
-    p.add_argument("--step", type=cli_args.converter(int), default=None,
-                   help="checkpoint step to export (default: the latest complete one)")
-    p.add_flag("force", "export a run that is not COMPLETE or has non-finite parameters (the "
-               "model card says so at the top); refused without it")
-    p.add_flag("overwrite", "replace the files of an earlier export in OUT_DIR (refused "
-               "without it; never MODEL's own directory)")
-    p.add_argument("--format", choices=("safetensors", "onnx"), default="safetensors",
-                   help="safetensors arrays for JAX, or an ONNX graph for onnxruntime and other "
-                   "languages (needs the optional onnx extra: pip install 'birdjepa[onnx]')")
-    args = p.parse_args(argv)
-    try:
-        if args.format == "onnx":  # jax2onnx (the optional onnx extra) is imported there
-            out = _export_onnx(args)
-        else:
-            out = export(args.run_dir, args.out_dir, step=args.step, force=args.force,
-                         overwrite=args.overwrite)
-    except (OSError, KeyError, ValueError, ImportError,
-            birdjepa.runtime.checkpoint.CorruptCheckpointError) as e:
-        return cli_args.fail(e)
-    print(f"exported {args.run_dir} -> {out}", file=sys.stderr)
-    return 0
