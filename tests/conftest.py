@@ -64,7 +64,9 @@ def tiny_corpus(tmp_path_factory, demo_corpus):
 @pytest.fixture
 def embed_calls(monkeypatch):
     """Counts calls of the functions that compute log-mel features and embeddings
-    (birdjepa.models.inference.features / encode): evaluate's checks must come before them."""
+    (birdjepa.models.features.features / inference.encode): evaluate's checks must come before
+    them."""
+    import birdjepa.models.features as features
     import birdjepa.models.inference as inference
 
     calls = {"features": 0, "encode": 0}
@@ -75,7 +77,7 @@ def embed_calls(monkeypatch):
             return fn(*a, **k)
         return wrapper
 
-    monkeypatch.setattr(inference, "features", counted("features", inference.features))
+    monkeypatch.setattr(features, "features", counted("features", features.features))
     monkeypatch.setattr(inference, "encode", counted("encode", inference.encode))
     return calls
 

@@ -14,7 +14,7 @@ import birdjepa
 import birdjepa._rs
 import birdjepa.data
 import birdjepa.demo_data.writer as writer
-import birdjepa.models.inference as inference
+import birdjepa.models.features as features
 
 
 def _song(seconds: float, sr: int = 32000, seed: int = 0) -> np.ndarray:
@@ -48,13 +48,13 @@ def test_repeat_pads_with_the_clip_itself_in_the_loader_and_in_embed(short_shard
     assert t == 198
     got = {}
     for pad in ("zero", "repeat"):
-        w = inference.Windows(centre=True, pad=pad)
+        w = features.Windows(centre=True, pad=pad)
         got[pad, "loader"] = np.concatenate(
-            [f for f, _, _ in inference.features(shard, w, engine="loader", n_workers=1)])
+            [f for f, _, _ in features.features(shard, w, engine="loader", n_workers=1)])
         got[pad, "clip"] = np.concatenate(
-            [f for f, _, _ in inference.features(shard, w, engine="clip", n_workers=1)])
+            [f for f, _, _ in features.features(shard, w, engine="clip", n_workers=1)])
         got[pad, "wave"] = np.concatenate(
-            [f for f, _, _ in inference.features((waves[0], 32000), w)])
+            [f for f, _, _ in features.features((waves[0], 32000), w)])
     zero, rep = got["zero", "loader"][0], got["repeat", "loader"][0]
     np.testing.assert_array_equal(zero[:t], rep[:t])
     silence = zero[t + 5:498]  # the zero-padded wave's frames: one constant row

@@ -22,6 +22,7 @@ import birdjepa.models
 import birdjepa.models.arrays as arrays
 import birdjepa.models.artifact as artifact
 import birdjepa.models.bird_mae as bird_mae
+import birdjepa.models.features as features
 import birdjepa.models.inference as inference
 import birdjepa.models.safetensors
 
@@ -147,12 +148,12 @@ def test_pad_is_a_loader_setting_that_old_runs_do_not_see():
         birdjepa.data.LoaderConfig(pad="max").check()
     # Longer than n_frames: cut, whatever the padding.
     f = np.random.default_rng(0).standard_normal((600, 128)).astype(np.float32) - 7
-    w = inference.Windows(n_frames=512)
-    np.testing.assert_array_equal(w.normalise(f), inference.Windows(n_frames=512, pad="min")
+    w = features.Windows(n_frames=512)
+    np.testing.assert_array_equal(w.normalise(f), features.Windows(n_frames=512, pad="min")
                                   .normalise(f))
     short = w.normalise(f[:498])
     assert (short[498:] == 0).all()
-    lo = inference.Windows(pad="min").normalise(f[:498])
+    lo = features.Windows(pad="min").normalise(f[:498])
     np.testing.assert_array_equal(lo[:498], short[:498])
     assert np.allclose(lo[498:], (f[:498].min() + 7.2) / 8.86)
 

@@ -19,7 +19,7 @@ import birdjepa.data.pack
 import birdjepa.demo_data.birdset as birdset
 import birdjepa.demo_data.catalogue as catalogue
 import birdjepa.launch.sweep
-import birdjepa.models.inference as inference
+import birdjepa.models.features as features
 import birdjepa.sources
 
 NAMES = [s.code for s in catalogue.SPECIES]
@@ -259,15 +259,15 @@ def test_embed_features_take_the_segment_rule(bs, tmp_path):
     rows = rows_of(bs["train"])
     seg = [{**r, "start_time": 0.5 * i, "end_time": 0.5 * i + 5.0} for i, r in enumerate(rows)]
     spec = write_rows(tmp_path / "seg" / "data.arrow", seg)
-    w = inference.Windows(centre=True, segment="columns", n_frames=498)
-    got = {int(i): x for xs, ids, _ in inference.features(spec, w, batch_size=4, n_workers=1)
+    w = features.Windows(centre=True, segment="columns", n_frames=498)
+    got = {int(i): x for xs, ids, _ in features.features(spec, w, batch_size=4, n_workers=1)
            for x, i in zip(xs, ids, strict=True)}
     assert sorted(got) == list(range(8))
     for i, r in enumerate(seg):
         want = w.normalise(birdjepa.audio.clip(r["audio"]["path"], start_s=r["start_time"]))
         np.testing.assert_allclose(got[i], want, atol=1e-5)
     # Every window of path-only rows (the clip engine) reads the files too.
-    w_all = inference.Windows(hop_s=5.0, n_frames=498)
-    n = sum(len(ids) for _, ids, _ in inference.features(bs["train"], w_all, batch_size=4,
+    w_all = features.Windows(hop_s=5.0, n_frames=498)
+    n = sum(len(ids) for _, ids, _ in features.features(bs["train"], w_all, batch_size=4,
                                                      n_workers=1))
     assert n >= 8

@@ -16,6 +16,7 @@ import birdjepa
 import birdjepa.audio
 import birdjepa.data
 import birdjepa.model
+import birdjepa.models.features as features
 import birdjepa.models.inference as inference
 
 SR, SECONDS, KEEP = 48000, 20.0, 0.9
@@ -84,9 +85,9 @@ def test_embed_and_predict_keep_the_windows_up_to_the_damage(recordings):
         width=32, depth=1, n_heads=2, n_registers=1, patch=(32, 32), pool="mean"))
     encoder = birdjepa.model.ViT(cfg, n_frames=512, n_mels=128, key=jax.random.key(0))
     paths = [recordings[n][0] for n in ("cut.wav", "whole.wav", "cut.ogg")]
-    w = inference.Windows(window_s=5.0, hop_s=5.0, n_frames=512)
+    w = features.Windows(window_s=5.0, hop_s=5.0, n_frames=512)
     durations = {}
-    batches, caught = _caught(lambda: list(inference.features(paths, w, batch_size=8,
+    batches, caught = _caught(lambda: list(features.features(paths, w, batch_size=8,
                                                                durations=durations)))
     assert len(caught) == 1 and "2 recording(s) damaged" in caught[0] and \
         "the data ends at" in caught[0], caught
@@ -142,9 +143,9 @@ def test_no_window_starts_where_the_data_has_ended(tmp_path):
     predict wrote detections from padding alone, its Raven table End Time < Begin Time. A
     window that starts at or after where the data ends is no window."""
     path = _wav_with_data_to(tmp_path, 10.0, 4.99975)
-    w = inference.Windows(window_s=5.0, hop_s=5.0, n_frames=512)
+    w = features.Windows(window_s=5.0, hop_s=5.0, n_frames=512)
     durations = {}
-    batches, caught = _caught(lambda: list(inference.features([path], w, batch_size=8,
+    batches, caught = _caught(lambda: list(features.features([path], w, batch_size=8,
                                                                durations=durations)))
     starts = np.concatenate([b[2] for b in batches])
     assert starts.tolist() == [0.0], starts
@@ -155,11 +156,11 @@ def test_centre_is_the_centre_of_the_data_a_truncated_file_holds(tmp_path):
     """Item 9: `--centre` on a truncated file took the centre of the header's length (half the
     window past the data); a file whose data ends at 1 s gave no row. The loader's eval crop
     and embed agree on the data's length."""
-    w = inference.Windows(window_s=2.0, centre=True, n_frames=512)
+    w = features.Windows(window_s=2.0, centre=True, n_frames=512)
     for data_s, want in ((6.0, 2.0), (1.0, 0.0)):  # header 20 s: centre 9 s before
         path = _wav_with_data_to(tmp_path, 20.0, data_s)
         durations = {}
-        batches, _ = _caught(lambda: list(inference.features(  # noqa: B023
+        batches, _ = _caught(lambda: list(features.features(  # noqa: B023
             [path], w, batch_size=8, durations=durations)))  # noqa: B023
         starts = np.concatenate([b[2] for b in batches]) if batches else np.array([])
         assert starts.tolist() == [want], (data_s, starts)

@@ -11,6 +11,7 @@ import birdjepa.data
 import birdjepa.data.table as table
 import birdjepa.demo_data
 import birdjepa.model
+import birdjepa.models.features as features
 import birdjepa.models.inference as inference
 
 N_FRAMES = 512  # > 498 frames of 5 s: the loader pads, so padding is compared too
@@ -37,9 +38,9 @@ def test_centre_windows_equal_the_loader_eval_crop(corpus, encoder):
         batches = list(loader)
     want = np.concatenate([b["data"][b["valid"]] for b in batches])
     rows = np.concatenate([b["index"][b["valid"]] for b in batches])
-    w = inference.Windows(centre=True, n_frames=N_FRAMES)
-    got = list(inference.features(corpus, w, batch_size=4, engine="clip"))  # per window, in Python
-    via_loader = list(inference.features(corpus, w, batch_size=4))
+    w = features.Windows(centre=True, n_frames=N_FRAMES)
+    got = list(features.features(corpus, w, batch_size=4, engine="clip"))  # per window, in Python
+    via_loader = list(features.features(corpus, w, batch_size=4))
     np.testing.assert_array_equal(np.concatenate([g[0] for g in via_loader]), want)
     np.testing.assert_array_equal(np.concatenate([g[1] for g in via_loader]), rows)
     x = np.concatenate([g[0] for g in got])
@@ -63,7 +64,7 @@ def test_sliding_windows_sources_and_pools(corpus, encoder, tmp_path):
     assert out["emb_cls"].shape == (n, 32) and (out["row"] == 0).all()
     np.testing.assert_allclose(out["start_s"], np.arange(n) * 1.5, atol=1e-3)
     # Window i equals a clip decoded at its start time, normalised and padded.
-    w = inference.Windows(window_s=2.0, n_frames=N_FRAMES)
+    w = features.Windows(window_s=2.0, n_frames=N_FRAMES)
     clip = w.normalise(birdjepa.audio.clip(audio[0], start_s=float(out["start_s"][1]),
                                            duration_s=2.0))
     one = inference.encode(inference.with_pool(encoder, "cls"), [(clip[None], np.zeros(1),

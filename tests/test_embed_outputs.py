@@ -22,6 +22,7 @@ import birdjepa.model
 import birdjepa.models
 import birdjepa.models.columns
 import birdjepa.models.detect
+import birdjepa.models.features as features
 import birdjepa.models.inference as inference
 import birdjepa.models.recordings as recordings
 import birdjepa.predict
@@ -158,9 +159,9 @@ def test_windows_are_regrouped_into_full_batches_only_the_last_short(encoder, tm
         soundfile.write(p, np.random.default_rng(i).normal(0, 0.1, 3 * SR).astype(np.float32),
                         SR)
         paths.append(str(p))
-    w = inference.Windows(window_s=1.0)
+    w = features.Windows(window_s=1.0)
     durations = {}
-    sizes = [len(x) for x, _, _ in inference.features(paths, w, batch_size=4, n_workers=2,
+    sizes = [len(x) for x, _, _ in features.features(paths, w, batch_size=4, n_workers=2,
                                                       durations=durations)]
     assert sizes == [4, 4, 4, 3]
     assert durations == {i: 3.0 for i in range(5)}
@@ -334,9 +335,9 @@ def test_hop_longer_than_the_window_never_starts_past_the_end():
     zero-length window row (10 s file, hop 10 s), or the recording failed (hop 20 s)."""
     sr = 32000
     for hop in (10.0, 20.0):
-        assert inference.Windows(window_s=5.0, hop_s=hop).starts(10 * sr, sr) == [0.0]
-    assert inference.Windows(window_s=5.0, hop_s=6.0).starts(13 * sr, sr) == [0.0, 6.0, 12.0]
-    assert inference.Windows(window_s=5.0, hop_s=2.5).starts(10 * sr, sr) == [0.0, 2.5, 5.0]
+        assert features.Windows(window_s=5.0, hop_s=hop).starts(10 * sr, sr) == [0.0]
+    assert features.Windows(window_s=5.0, hop_s=6.0).starts(13 * sr, sr) == [0.0, 6.0, 12.0]
+    assert features.Windows(window_s=5.0, hop_s=2.5).starts(10 * sr, sr) == [0.0, 2.5, 5.0]
 
 
 @pytest.mark.parametrize(("window", "message"), [

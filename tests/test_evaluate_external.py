@@ -15,7 +15,7 @@ import birdjepa.config
 import birdjepa.evaluate
 import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.runner as runner
-import birdjepa.models.recordings as recordings
+import birdjepa.models.outfile as outfile
 
 
 def _cfg(corpus, out, **kw):  # noqa: F811
@@ -34,7 +34,7 @@ def _write(enc, source, path, batch_size):
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"row": e["row"], "start_s": e["start_s"],
                              "end_s": e["start_s"] + 5.0,
-                             f"emb_{pool}": recordings.vectors(e[f"emb_{pool}"])}), path)
+                             f"emb_{pool}": outfile.vectors(e[f"emb_{pool}"])}), path)
 
 
 @pytest.fixture(scope="module")

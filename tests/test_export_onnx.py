@@ -25,7 +25,7 @@ import birdjepa.model
 import birdjepa.models.arrays as arrays
 import birdjepa.models.artifact as artifact
 import birdjepa.models.bird_mae as bird_mae
-import birdjepa.models.inference as inference
+import birdjepa.models.features as features
 import birdjepa.models.onnx_export as onnx_export
 import birdjepa.models.safetensors
 import birdjepa.optim
@@ -78,8 +78,8 @@ def card_input(x_n: np.ndarray, audio: dict, window_s: float) -> np.ndarray:
 
 def our_input(model, x_n: np.ndarray, window_s: float) -> np.ndarray:
     a = model.audio
-    w = inference.Windows.for_model(a, window_s=window_s)
-    return np.concatenate([b[0] for b in inference.features((x_n, SR), w)])
+    w = features.Windows.for_model(a, window_s=window_s)
+    return np.concatenate([b[0] for b in features.features((x_n, SR), w)])
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,7 @@ def test_an_output_path_that_is_not_a_regular_file_is_refused_without_opening_it
     before any compute; evaluate's out_dir/summary.json the same. Refused by its file type."""
     import birdjepa.config
     import birdjepa.evaluate.runner
+    import birdjepa.models.outfile
     import birdjepa.models.recordings
 
     out = tmp_path / "emb.csv"
@@ -69,7 +70,7 @@ def test_an_output_path_that_is_not_a_regular_file_is_refused_without_opening_it
     for path, what in ((out, "a FIFO (named pipe)"), (link, "a character device")):
         with pytest.raises(ValueError, match=f"--out: expected a new file or a regular file "
                            f".*got {re.escape(repr(str(path)))}, {re.escape(what)}"):
-            birdjepa.models.recordings.check_out(path, (".csv", ".parquet"))
+            birdjepa.models.outfile.check_out(path, (".csv", ".parquet"))
     ev = tmp_path / "eval"
     ev.mkdir()
     os.mkfifo(ev / "summary.json")

@@ -12,6 +12,7 @@ import pyarrow.parquet
 import pytest
 
 import birdjepa.common.outputs as outputs
+import birdjepa.models.outfile as outfile
 import birdjepa.models.recordings as recordings
 from birdjepa.common.outputs import LEDGER
 
@@ -21,14 +22,14 @@ WAV = (b"RIFF" + (36 + 3200).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes
        + b"data" + (3200).to_bytes(4, "little") + bytes(3200))
 """0.1 s of silence, 16-bit mono 16 kHz."""
 COLS = {"file": pa.array(["a.wav", "b.wav"]), "start_s": pa.array([0.0, 5.0]),
-        "embedding": recordings.vectors(np.arange(6, dtype=np.float32).reshape(2, 3))}
+        "embedding": outfile.vectors(np.arange(6, dtype=np.float32).reshape(2, 3))}
 
 
 @pytest.mark.parametrize("name", ["x.PARQUET", "x.Csv", "x.NPZ"])
 def test_upper_case_suffix_is_written_as_checked(tmp_path, name):
     out = tmp_path / name
-    recordings.check_out(out, (".parquet", ".csv", ".npz"))
-    recordings.write(COLS, out)
+    outfile.check_out(out, (".parquet", ".csv", ".npz"))
+    outfile.write(COLS, out)
     kind = name.rsplit(".", 1)[1].lower()
     if kind == "parquet":
         assert pyarrow.parquet.read_table(out).column("start_s").to_pylist() == [0.0, 5.0]
@@ -42,7 +43,7 @@ def test_upper_case_suffix_is_written_as_checked(tmp_path, name):
 
 def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     out = tmp_path / "emb.parquet"
-    recordings.write(COLS, out)
+    outfile.write(COLS, out)
     before = out.read_bytes()
 
     def full_disk(table, where):
@@ -52,7 +53,7 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pyarrow.parquet, "write_table", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        recordings.write(COLS, out)
+        outfile.write(COLS, out)
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [LEDGER, "emb.parquet"]
 
@@ -82,9 +83,9 @@ def test_a_users_file_is_never_replaced_unasked(tmp_path, capsys, suffix):
     import birdjepa.embed
     import birdjepa.predict
 
-    main = birdjepa.predict.main if suffix == ".csv" else birdjepa.embed.main  # predict writes CSV tables
+    main = birdjepa.predict.main if suffix == ".csv" else birdjepa.embed.main  # predict: CSV
     theirs = tmp_path / f"mine{suffix}"  # written by the user's own code, not recorded
-    recordings._write_as(suffix, {"species": pa.array(["a", "b"]),
+    outfile._write_as(suffix, {"species": pa.array(["a", "b"]),
                                   "start_s": pa.array([1.0, 2.0])}, theirs)
     before = theirs.read_bytes()
     assert main(["MODEL", "SRC", "--out", str(theirs)]) == 2
@@ -93,7 +94,7 @@ def test_a_users_file_is_never_replaced_unasked(tmp_path, capsys, suffix):
                    f"'{theirs}', which holds something else; --overwrite replaces it"], err
     assert theirs.read_bytes() == before
     ours = tmp_path / f"ours{suffix}"
-    recordings.write(OURS, ours)
+    outfile.write(OURS, ours)
     for out, extra in ((ours, []), (theirs, ["--overwrite"])):  # past the check: SOURCE fails
         assert main(["MODEL", "SRC", "--out", str(out), *extra]) == 2
         err = capsys.readouterr().err
@@ -124,17 +125,17 @@ def test_an_output_changed_since_it_was_written_is_not_replaced(tmp_path):
     Ours is what the command wrote, unchanged since (a ledger beside it: name, size, sha256);
     a copy under another name, or an edited one, is not."""
     ours = tmp_path / "det.csv"
-    recordings.write(OURS, ours)
-    assert recordings.is_output(ours)
+    outfile.write(OURS, ours)
+    assert outfile.is_output(ours)
     (tmp_path / "copy.csv").write_bytes(ours.read_bytes())
-    assert not recordings.is_output(tmp_path / "copy.csv")
+    assert not outfile.is_output(tmp_path / "copy.csv")
     lines = ours.read_text().splitlines()
     ours.write_text("\n".join([lines[0] + ",verified"] + [x + ",yes" for x in lines[1:]]) + "\n")
-    assert not recordings.is_output(ours)
-    recordings.write(OURS, ours)
-    assert recordings.is_output(ours)
+    assert not outfile.is_output(ours)
+    outfile.write(OURS, ours)
+    assert outfile.is_output(ours)
     ours.write_text(ours.read_text().replace("a.wav", "A.wav"))  # one cell corrected
-    assert not recordings.is_output(ours)
+    assert not outfile.is_output(ours)
 
 
 def test_a_users_file_list_beside_a_combined_raven_table_is_never_replaced(tmp_path, capsys):
@@ -198,11 +199,11 @@ def test_a_full_disk_under_out_is_one_line_and_keeps_the_old_file(tmp_path, caps
     import birdjepa.embed
 
     out = tmp_path / "e.parquet"
-    recordings.write(OURS, out)
+    outfile.write(OURS, out)
     before = out.read_bytes()
 
     def full(args):
-        recordings.write(OURS, out)
+        outfile.write(OURS, out)
 
     def no_space(table, where):
         raise OSError(errno.ENOSPC, "No space left on device", str(where))
@@ -266,3 +267,27 @@ def test_a_directory_is_written_beside_or_inside_and_renamed_whole(tmp_path, mon
         (tmp / "half").write_text("x")
         raise OSError(errno.ENOSPC, "No space left on device")
     assert files(new) == ["z"] and files(tmp_path) == ["link", "new", "target"]
+
+
+def test_a_directory_set_aside_by_a_killed_writer_comes_back(tmp_path):
+    """A process killed between `replacing_dir`'s two renames left the old output aside
+    (`.NAME.PID.old`) and nothing at NAME: `original` names it, and the next writer puts it
+    back before it starts (so a write that then fails still leaves it), or removes it once NAME
+    is there again. A live process's is left alone."""
+    dead = 2**22 + 12345  # above pid_max's default: no such process
+    out = tmp_path / "out"
+    kept = tmp_path / f".out.{dead}.old"
+    kept.mkdir()
+    (kept / "state.json").write_text("old")
+    assert outputs.original(kept.name) == "out"
+    with pytest.raises(OSError), outputs.replacing_dir(out) as tmp:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert (out / "state.json").read_text() == "old" and not kept.exists()
+
+    stale, live = tmp_path / f".out.{dead}.old", tmp_path / f".out.{os.getppid()}.old"
+    stale.mkdir()
+    live.mkdir()
+    with outputs.replacing_dir(out) as tmp:
+        (tmp / "state.json").write_text("new")
+    assert (out / "state.json").read_text() == "new"
+    assert not stale.exists() and live.is_dir()

@@ -275,7 +275,8 @@ def test_init_encoder_rejects_missing_run_and_other_model(tmp_path, monkeypatch)
         birdjepa.train.loop.main(missing, loaders=tiny.tiny_loaders(tiny.finalize(missing)))
     (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
     empty = dataclasses.replace(missing, init_encoder=str(tmp_path / "empty"))
-    with pytest.raises(config.ConfigError, match="no complete checkpoint"):
+    with pytest.raises(config.ConfigError, match="init_encoder: expected a run with a complete "
+                                                  "checkpoint.*empty"):
         birdjepa.train.loop.main(empty, loaders=tiny.tiny_loaders(tiny.finalize(empty)))
     src = tiny.tiny_config(n_steps=1, run_dir=str(tmp_path / "src"), eval_every=0)
     birdjepa.train.loop.main(src, loaders=tiny.tiny_loaders(tiny.finalize(src)))

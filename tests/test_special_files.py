@@ -20,7 +20,7 @@ import birdjepa.data.sources
 import birdjepa.evaluate.checks as checks
 import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.models.failures
-import birdjepa.models.inference as inference
+import birdjepa.models.features as features
 import birdjepa.sources
 
 pytestmark = pytest.mark.timeout(60)
@@ -84,10 +84,10 @@ def test_pack_bounds_file_size_and_still_packs_regular_files(files, tmp_path, ca
 
 def test_embed_skips_them_counted_and_named(files, tmp_path):
     src = shard(tmp_path / "src", ["real", "pipe", "zero", "folder"], files)
-    w = inference.Windows(window_s=0.5, n_frames=32, n_mels=64)
+    w = features.Windows(window_s=0.5, n_frames=32, n_mels=64)
     failures = birdjepa.models.failures.Failures()
     t0 = time.monotonic()
-    rows = [r for _, ids, _ in inference.features(src, w, batch_size=4, n_workers=2,
+    rows = [r for _, ids, _ in features.features(src, w, batch_size=4, n_workers=2,
                                                   failures=failures) for r in ids]
     assert time.monotonic() - t0 < 10.0  # one real second of audio; the others skip at once
     assert set(rows) == {0} and len(rows) == 2
@@ -96,7 +96,7 @@ def test_embed_skips_them_counted_and_named(files, tmp_path):
     for name in ("pipe", "zero", "folder"):
         assert sum(f"expected a regular audio file, got {KINDS[name]}" in n for n in named) == 1
     with pytest.warns(RuntimeWarning, match=r"skipped 3 of 4 recording\(s\)"):
-        list(inference.features(src, w, batch_size=4))
+        list(features.features(src, w, batch_size=4))
 
 
 def test_evaluate_names_them_before_embedding(files, tmp_path, embed_calls):

@@ -7,6 +7,7 @@ import sys
 
 import birdjepa.common.cli_args as cli_args
 import birdjepa.models.artifact as artifact
+import birdjepa.models.outfile as outfile
 import birdjepa.models.recordings as recordings
 
 SUFFIXES = (".parquet", ".npz")
@@ -49,10 +50,10 @@ def run(args: argparse.Namespace) -> dict:
                         durations=durations, settings=recordings.files(args))
     cols = recordings.where(src, out, w, durations)
     for p in pools:
-        cols[f"emb_{p}"] = recordings.vectors(out[p].reshape(len(out["row"]), -1))
+        cols[f"emb_{p}"] = outfile.vectors(out[p].reshape(len(out["row"]), -1))
     if args.patches:
-        cols["patches"] = recordings.vectors(out["patches"])
-    recordings.write(cols, args.out)
+        cols["patches"] = outfile.vectors(out["patches"])
+    outfile.write(cols, args.out)
     return cols
 
 

@@ -1,7 +1,8 @@
 """The parameters of a run's model, outside the trainer: `init_params` builds them
 ({"encoder", "heads", "probe"}) and `abstract_state` gives the structure, shapes and dtypes of a
 whole train state without computing anything, which is what a checkpoint is restored into
-(birdjepa.models.artifact.restore_state for notebooks and evaluation, birdjepa.train.run for resuming).
+(birdjepa.models.open_model, through artifact.restore_state, for notebooks, evaluation and
+init_encoder; birdjepa.train.run for resuming).
 
 The train state is one pytree
     {"params": {"encoder", "heads", "probe"} arrays, "opt": optax state, "key": base key,

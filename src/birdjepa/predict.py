@@ -10,6 +10,7 @@ import sys
 import birdjepa.common.cli_args as cli_args
 import birdjepa.models.artifact as artifact
 import birdjepa.models.detect as detect
+import birdjepa.models.outfile as outfile
 import birdjepa.models.raven as raven
 import birdjepa.models.recordings as recordings
 import birdjepa.models.segments as segments
@@ -76,10 +77,10 @@ def run(args: argparse.Namespace) -> dict:
         raven.check_paths(src.files)
     table_names = raven.names(sorted(src.files)) if args.out_dir is not None else {}
     for name in table_names.values():  # each table, before any compute
-        recordings.check_out(pathlib.Path(args.out_dir) / f"{name}.selections.txt", (".txt",),
+        outfile.check_out(pathlib.Path(args.out_dir) / f"{name}.selections.txt", (".txt",),
                              "--out_dir", args.overwrite)
     if args.format == "raven" and args.out is not None:  # the file list beside the table
-        recordings.check_out(raven.list_path(args.out), (".txt",), "--out", args.overwrite)
+        outfile.check_out(raven.list_path(args.out), (".txt",), "--out", args.overwrite)
     if args.segments is not None:
         if src.files is None:
             raise ValueError("--segments: expected audio files as SOURCE (clips are cut from "
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> dict:
                              strict=True))
         raven.write_combined(cols, args.out, high, durations)
     else:
-        recordings.write(cols, args.out)
+        outfile.write(cols, args.out)
     if args.segments is not None:
         segments.write(cols, args.segments, src.files)
     return cols

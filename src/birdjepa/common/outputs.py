@@ -12,6 +12,7 @@ that a user has since edited (a reviewed table) is not.
 """
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -28,11 +29,45 @@ def temporary(path: str | os.PathLike) -> pathlib.Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+def aside(path: str | os.PathLike) -> pathlib.Path:
+    """The name `replacing_dir` gives an existing output while it renames the new one in: hidden,
+    beside it, one per process."""
+    path = pathlib.Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}.old")
+
+
 def original(name: str) -> str | None:
-    """The file name whose `temporary` name `name` is, or None (a process killed while writing
-    leaves one; a later run of the same command may remove it)."""
-    m = re.fullmatch(r"\.(.+)\.\d+\.tmp", name)
+    """The file name whose `temporary` or `aside` name `name` is, or None (a process killed
+    while writing leaves one; a later run of the same command may remove it)."""
+    m = re.fullmatch(r"\.(.+)\.\d+\.(?:tmp|old)", name)
     return m.group(1) if m else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def recover(path: str | os.PathLike) -> None:
+    """Undo what a process killed inside `replacing_dir(path)` left: an output set `aside` but
+    never replaced (`path` missing) is renamed back; one that was replaced is removed. Those
+    of a live process are its own business."""
+    path = pathlib.Path(path)
+    if not path.parent.is_dir():
+        return
+    for old in sorted(path.parent.glob(f".{glob.escape(path.name)}.*.old")):
+        pid = old.name.removeprefix(f".{path.name}.").removesuffix(".old")
+        if original(old.name) != path.name or not pid.isdigit() or _alive(int(pid)):
+            continue
+        if not os.path.lexists(path):
+            os.rename(old, path)
+        else:
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
 
 
 @contextlib.contextmanager
@@ -56,9 +91,11 @@ def replacing_dir(path: str | os.PathLike, *, last: str | None = None
     - `d` an empty directory (a link to one, the shell's `.`): `tmp` is made inside it and its
       files are moved up, `last` (the file a reader opens the directory by) last, so that the
       directory itself stays what it is.
-    - anything else at `d` (its caller has checked that it may go): `d` is renamed aside, `tmp`
-      renamed to `d`, and the old one removed."""
+    - anything else at `d` (its caller has checked that it may go): `d` is renamed `aside`,
+      `tmp` renamed to `d`, and the old one removed. A process killed between those renames
+      leaves `d` aside: the next `replacing_dir(d)` puts it back first (`recover`)."""
     path = pathlib.Path(os.path.abspath(path))  # `.` has no name of its own
+    recover(path)
     inside = path.is_dir() and not any(path.iterdir())
     tmp = path / temporary(path).name if inside else temporary(path)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -69,7 +106,7 @@ def replacing_dir(path: str | os.PathLike, *, last: str | None = None
             for name in sorted(os.listdir(tmp), key=lambda n: n == last):
                 os.rename(tmp / name, path / name)
         elif os.path.lexists(path):
-            old = path.with_name(f".{path.name}.{os.getpid()}.old")
+            old = aside(path)
             os.rename(path, old)
             os.rename(tmp, path)
             shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()

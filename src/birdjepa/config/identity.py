@@ -1,8 +1,11 @@
-"""What a saved config means today, in one place: which keys shape a run (its hash, its id, a
+"""What a saved thing means today, in one place: which keys shape a run (its hash, its id, a
 resume's refusal) and which do not, the values a key added later had before it existed (LEGACY,
-ADDED_DATA_KEYS), and the upgrade of a saved config dict (a run's config.toml, a checkpoint's
-metadata) to today's schema. The schema itself is birdjepa.config; the loader's resampler rule is
-birdjepa.data.loader_config.saved_resampler."""
+ADDED_DATA_KEYS, LEGACY_INPUT), and the upgrade of each saved form to today's, done where it is
+read: a saved config dict (a run's config.toml, a checkpoint's metadata: `upgrade`,
+`with_resampler`, inside `check_same`), an export's input settings (`upgrade_input`). The schema
+itself is birdjepa.config. The loader reads its own saved forms (a loader state, a pack's plan)
+below this floor, by the one resampler rule birdjepa.data.loader_config.saved_resampler, which
+every form here uses too."""
 
 import dataclasses
 import hashlib
@@ -12,6 +15,7 @@ import typing
 import birdjepa.config
 import birdjepa.config.architecture as architecture
 import birdjepa.config.losses as losses
+import birdjepa.data.audio
 import birdjepa.data.loader_config
 
 Config = birdjepa.config.Config
@@ -157,3 +161,17 @@ def config_diff(
         for k in keys
         if not _ignored(k, ignore) and a.get(k, missing) != b.get(k, missing)
     ]
+
+
+LEGACY_INPUT = {"pad": "zero", "window": "centre"}
+"""An export's input settings written before these keys were recorded: what it used (so it
+reproduces exactly); its resampler is birdjepa.data.loader_config.saved_resampler's rule and its
+fbank the one birdjepa computes (birdjepa.data.audio.FBANK_DEFAULTS)."""
+
+
+def upgrade_input(audio: dict) -> dict:
+    """An export's "audio" settings (config.json) in today's form: the keys added since
+    (LEGACY_INPUT, `fbank`, `resampler`) at the values their absence meant. The checks of what
+    the settings say are birdjepa.models.artifact.input_settings'."""
+    return {**LEGACY_INPUT, "fbank": dict(birdjepa.data.audio.FBANK_DEFAULTS), **audio,
+            "resampler": birdjepa.data.loader_config.saved_resampler(None, audio)}

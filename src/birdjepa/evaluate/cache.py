@@ -6,7 +6,7 @@ every test set, probe, k and seed that uses it. The cache file
 
 * the encoder's content: its checkpoint manifest digest (or its parameters' digest for a
   random initialisation) and its model config (pooling, compute dtype, ...);
-* the transform: the `inference.Windows` settings (window, hop, centre, frames, mels,
+* the transform: the `features.Windows` settings (window, hop, centre, frames, mels,
   normalisation), the pooling and the audio column;
 * the data: `table.fingerprint` of the split (paths, sizes, mtimes, sha256 of head and tail),
   and for path-only audio each recording's `table.audio_identity` (path, size, mtime, inode;
@@ -32,21 +32,22 @@ import birdjepa.data.table as table
 import birdjepa.evaluate.eval_config as eval_config
 import birdjepa.evaluate.external as external
 import birdjepa.evaluate.progress as progress
+import birdjepa.models.features as features
 import birdjepa.models.inference as inference
 
 CACHE_VERSION = 2
 """Part of every cache key; bump it when `embed` changes what it computes."""
 
 
-def windows(enc, cfg: eval_config.EvalConfig, role: str) -> inference.Windows:
+def windows(enc, cfg: eval_config.EvalConfig, role: str) -> features.Windows:
     """Training windows (centre crop or sliding) or test windows (one centre window per
     segment) for an encoder's input shape."""
     audio = enc.audio or inference.as_model(enc.model).audio  # every setting from the model
     if role == "test":
-        return inference.Windows.for_model(
+        return features.Windows.for_model(
             audio, window_s=cfg.window_s, centre=True, segment=cfg.segment,
             segment_columns=(cfg.segment_start_column, cfg.segment_end_column))
-    return inference.Windows.for_model(audio, window_s=cfg.window_s, hop_s=cfg.hop_s,
+    return features.Windows.for_model(audio, window_s=cfg.window_s, hop_s=cfg.hop_s,
                                    centre=cfg.train_windows == "centre")
 
 
@@ -64,7 +65,7 @@ def layers_of(enc, cfg: eval_config.EvalConfig) -> tuple[int, ...]:
                          for i in cfg.layers}))
 
 
-def cache_key(enc, source, w: inference.Windows, pool: str, audio_column: str,
+def cache_key(enc, source, w: features.Windows, pool: str, audio_column: str,
               data_fp: str, files: dict | None = None, layers: tuple[int, ...] = ()) -> str:
     """sha256 (16 hex) of everything the embeddings of `source` by `enc` depend on (`files`:
     where path-only audio is read, when audio_root or path_map is set)."""
@@ -137,7 +138,7 @@ def _embed_split(encoders, source, role: str, n_rows: int, cfg, cache_dir: pathl
                 batches = _counted(iter(feats[w]), bar)
             else:  # computed while the first encoder consumes them, kept for the others
                 feats[w] = []
-                batches = _counted(_kept(inference.features(
+                batches = _counted(_kept(features.features(
                     source, w, batch_size=cfg.batch_size, audio_column=cfg.audio_column,
                     n_workers=cfg.n_workers, **moved), feats[w]), bar)
             arrays = inference.encode(enc.model, batches, (pool, "patches"),

@@ -42,6 +42,7 @@ import birdjepa.evaluate.metrics as metrics
 import birdjepa.evaluate.progress as progress
 import birdjepa.models
 import birdjepa.models.detect
+import birdjepa.models.features as features
 import birdjepa.models.inference as inference
 import birdjepa.models.thresholds as thresholds
 
@@ -140,7 +141,7 @@ def calibrated(cfg: eval_config.EvalConfig, m: birdjepa.models.Model, spec: str,
 def probabilities(m: birdjepa.models.Model, cfg: eval_config.EvalConfig, ts: eval_config.TestSet,
                   n_rows: int, *, verbose: bool) -> np.ndarray:
     """(rows, model classes) probabilities of one window per test row, as the head gives them."""
-    w = inference.Windows.for_model(
+    w = features.Windows.for_model(
         m.audio, window_s=None, centre=True, segment=cfg.segment,
         segment_columns=(cfg.segment_start_column, cfg.segment_end_column))
     files = {k: v for k, v in (("audio_root", ts.audio_root), ("path_map", ts.path_map)) if v}
@@ -151,7 +152,7 @@ def probabilities(m: birdjepa.models.Model, cfg: eval_config.EvalConfig, ts: eva
             for b in batches:
                 bar.update(len(b[1]))
                 yield b
-        got = inference.encode(m.encoder, counted(inference.features(
+        got = inference.encode(m.encoder, counted(features.features(
             ts.test_shards, w, batch_size=cfg.batch_size, audio_column=cfg.audio_column,
             n_workers=cfg.n_workers, **files)), (pool,), batch_size=cfg.batch_size)
     if not np.array_equal(got["row"], np.arange(n_rows)):

@@ -141,19 +141,17 @@ def load_encoders(cfg: eval_config.EvalConfig) -> list[Encoder]:
             out.append(_file_encoder(run_dir))  # an export or "bird-mae-base:WEIGHTS"
             continue
         try:
-            restored, static, tcfg = birdjepa.models.artifact.restore_state(run_dir)
+            m = birdjepa.models.open_model(run_dir)
         except Exception as e:  # missing dir, corrupt steps, a config that does not fit
             raise birdjepa.config.ConfigError(
                 f"config key 'encoders': expected a run directory with a checkpoint that fits "
                 f"its config.toml, got {run_dir!r} ({_one_line(e)})") from None
-        model = eqx.combine(restored.state["params"]["encoder"], static["encoder"])
         out.append(Encoder(
-            name=pathlib.Path(run_dir).resolve().name, model=model,
-            run_dir=str(pathlib.Path(run_dir).resolve()), step=int(restored.step),
-            config_hash=identity.config_hash(dataclasses.asdict(tcfg)),
-            digest=birdjepa.runtime.integrity.checkpoint_digest(run_dir, restored.step),
-            objective=tcfg.objective.name,
-            audio=birdjepa.models.artifact.run_input(tcfg.data, run_dir)))
+            name=pathlib.Path(run_dir).resolve().name, model=m.encoder,
+            run_dir=str(pathlib.Path(run_dir).resolve()), step=m.info["step"],
+            config_hash=identity.config_hash(m.info["config"]),
+            digest=m.info["checkpoint_digest"], objective=m.info["config"]["objective"]["name"],
+            audio=m.audio))
     for i, path in enumerate(cfg.random):
         if not os.path.isfile(path):
             raise birdjepa.config.ConfigError(

@@ -60,17 +60,11 @@ seconds and frames, the padding of a clip shorter than n_frames (birdjepa.data.L
 the normalisation (x - mean) / (2 * std), and `window`: where a recording's clip is taken from
 ("start": its first window_s seconds, as Bird-MAE's extractor; "centre": the loader's eval crop,
 our runs, whose training crops were random)."""
-LEGACY_INPUT = {"pad": "zero", "window": "centre"}
-"""What an export written before these keys were recorded used (so it reproduces exactly); its
-resampler is birdjepa.data.loader_config.saved_resampler's rule."""
-
-
 def input_settings(audio: dict, what: str) -> dict:
-    """`audio` with every INPUT_KEYS entry: a legacy export's missing ones filled from
-    LEGACY_INPUT and the one fbank we compute; an fbank or pad we cannot compute is a one-line
+    """`audio` with every INPUT_KEYS entry (a legacy export's missing ones filled by
+    birdjepa.config.identity.upgrade_input); an fbank or pad we cannot compute is a one-line
     ValueError naming `what`, the expected and the actual value."""
-    a = {**LEGACY_INPUT, "fbank": dict(birdjepa.data.audio.FBANK_DEFAULTS), **audio,
-         "resampler": birdjepa.data.loader_config.saved_resampler(None, audio)}
+    a = identity.upgrade_input(audio)
     if a["fbank"] != birdjepa.data.audio.FBANK_DEFAULTS:
         raise ValueError(f"{what}: fbank: expected the options birdjepa computes "
                          f"{birdjepa.data.audio.FBANK_DEFAULTS}, got {a['fbank']}")
@@ -179,10 +173,11 @@ def load_config(run_dir: str | os.PathLike) -> birdjepa.config.Config:
     return identity.with_resampler(cfg, saved)
 
 
-def restore_state(run_dir: str | os.PathLike, *, step: int | None = None):
-    """(Restored checkpoint, static modules, config) of `step` (default: the latest intact)."""
+def restore_state(run_dir: str | os.PathLike, *, step: int | None = None, sharding=None):
+    """(Restored checkpoint, static modules, config) of `step` (default: the latest intact),
+    every array restored onto `sharding` (default: the first device)."""
     cfg = load_config(run_dir)
-    state, static = birdjepa.params.abstract_state(cfg)
+    state, static = birdjepa.params.abstract_state(cfg, sharding=sharding)
     ckpt_dir = birdjepa.runtime.rundir.checkpoints_dir(run_dir)
     if not ckpt_dir.is_dir():
         raise FileNotFoundError(f"no checkpoints directory in {run_dir}")
@@ -199,9 +194,9 @@ def run_input(d, what: str) -> dict:
                                resampler=birdjepa.data.loader_config.resolve_resampler(d)), what)
 
 
-def from_run(run_dir: str | os.PathLike, *, step: int | None = None) -> Model:
-    """A run directory's encoder, class head and audio settings."""
-    restored, static, cfg = restore_state(run_dir, step=step)
+def from_run(run_dir: str | os.PathLike, *, step: int | None = None, sharding=None) -> Model:
+    """A run directory's encoder, class head and audio settings (`restore_state`)."""
+    restored, static, cfg = restore_state(run_dir, step=step, sharding=sharding)
     params = restored.state["params"]
     enc = eqx.combine(params["encoder"], static["encoder"])
     if cfg.objective.name == "supervised":
@@ -383,12 +378,15 @@ def parse_spec(spec: str | os.PathLike) -> Spec:
         f"{s!r}")
 
 
-def open_model(spec: str | os.PathLike, *, step: int | None = None) -> Model:
-    """The Model MODEL names (`parse_spec`), restored once; `step` picks a run's checkpoint and
-    must be the one an export or imported model holds."""
+def open_model(spec: str | os.PathLike, *, step: int | None = None, sharding=None) -> Model:
+    """The Model MODEL names (`parse_spec`), restored once: the one door every command,
+    `load_encoder`, evaluate and training's `init_encoder` open a model through. `step` picks a
+    run's checkpoint and must be the one an export or imported model holds; `sharding`: where
+    a run's arrays are restored (a training mesh: each process reads its part), other kinds are
+    read to the host. A run's `info` holds its config (as a dict), step and checkpoint_digest."""
     sp = parse_spec(spec)
     if sp.kind == "run":
-        return from_run(sp.path, step=step)
+        return from_run(sp.path, step=step, sharding=sharding)
     if sp.kind == "export":
         m = load_export(sp.path)
     else:

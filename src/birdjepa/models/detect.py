@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 import birdjepa.models.artifact as artifact
+import birdjepa.models.outfile as outfile
 import birdjepa.models.recordings as recordings
 import birdjepa.models.thresholds as thresholds
 
@@ -147,7 +148,7 @@ def check_args(args: argparse.Namespace, *, out_required: bool = True) -> None:
         raise ValueError("--out: expected one output, --out FILE or (with --format raven) "
                          f"--out_dir DIR, got --out {args.out} --out_dir {args.out_dir}")
     if args.out_dir is not None:
-        recordings.check_out(pathlib.Path(args.out_dir) / "x.txt", (".txt",), "--out_dir")
+        outfile.check_out(pathlib.Path(args.out_dir) / "x.txt", (".txt",), "--out_dir")
     recordings.check_args(args, (".txt",) if args.format == "raven" else SUFFIXES)
     if args.top_k < 1:
         raise ValueError(f"--top_k: expected an integer >= 1, got {args.top_k}")

@@ -2,18 +2,16 @@
 (audio files, directories of audio, Arrow shards, a saved dataset), the windows of every
 recording through the training transform with a progress bar, and one row per window that
 carries where it came from (file, or dataset row and the dataset's other columns) and when
-(start_s, end_s)."""
+(start_s, end_s). The output file itself is birdjepa.models.outfile's."""
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import pathlib
 import sys
 import time
 import warnings
-import zipfile
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +29,9 @@ import birdjepa.data.table as table
 import birdjepa.models.artifact as artifact
 import birdjepa.models.columns as columns
 import birdjepa.models.failures
+import birdjepa.models.features as features
 import birdjepa.models.inference as inference
+import birdjepa.models.outfile as outfile
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff")
 
@@ -186,8 +186,8 @@ ROW_WINDOW_COLUMNS = ("start_time", "end_time")
 """A table whose rows are windows has both (from_annotations, BirdSet's event-level test)."""
 
 
-def windows(m: artifact.Model, args, src: Source | None = None) -> inference.Windows:
-    """The model's input settings (inference.Windows.for_model) with the command line's windows.
+def windows(m: artifact.Model, args, src: Source | None = None) -> features.Windows:
+    """The model's input settings (features.Windows.for_model) with the command line's windows.
     A table `src` whose rows are windows (`--windows`; auto: start_time and end_time set, and
     some row's recording longer than its window) gives each row's [start_time, end_time] (the
     loader's segment = "columns"), checked row by row before any compute. A table of pre-cut
@@ -201,14 +201,14 @@ def windows(m: artifact.Model, args, src: Source | None = None) -> inference.Win
             f"a table with columns {src.columns}"
         raise ValueError(f"--windows rows: expected a table SOURCE with columns start_time and "
                          f"end_time, got {got}")
-    whole = inference.Windows.for_model(m.audio, window_s=args.window_s, hop_s=args.hop_s,
+    whole = features.Windows.for_model(m.audio, window_s=args.window_s, hop_s=args.hop_s,
                                         centre=args.centre)
     if mode == "recordings" or not has:
         return whole
     got = row_windows(src.shards, getattr(args, "audio_column", "audio"), files(args), m.audio)
     if mode == "auto" and (got is None or got.precut):
         return whole  # BirdSet's train splits (null columns), pre-cut clips (test_5s)
-    w = inference.Windows.for_model(m.audio, centre=True, segment="columns",
+    w = features.Windows.for_model(m.audio, centre=True, segment="columns",
                                     segment_columns=ROW_WINDOW_COLUMNS)
     if got is None:  # --windows rows on null columns: check_row_windows names the row
         start, end = _row_times(src)
@@ -261,8 +261,8 @@ def row_windows(shards, audio_column: str, settings: dict, audio: dict | None = 
     start, end = _row_times(Source(shards=shards))
     if np.isnan(start).all() and np.isnan(end).all():
         return None
-    w = inference.Windows.for_model(audio) if audio else inference.Windows()
-    dur = inference.header_durations(shards, w, audio_column, settings)
+    w = features.Windows.for_model(audio) if audio else features.Windows()
+    dur = features.header_durations(shards, w, audio_column, settings)
     rows = np.asarray(sorted(dur), np.int64)
     d = np.asarray([dur[r] for r in rows], np.float64)
     precut = bool(len(rows)) and bool((d <= end[rows] - start[rows] + PRECUT_SLACK_S).all())
@@ -351,7 +351,7 @@ def check_files(src: Source, audio_column: str, settings: dict) -> None:
                      f"{src.shards!r} can be read ({len(got['missing'])} missing): {why}")
 
 
-def encode(m: artifact.Model, src: Source, w: inference.Windows, pools: tuple[str, ...], *,
+def encode(m: artifact.Model, src: Source, w: features.Windows, pools: tuple[str, ...], *,
            batch_size: int = 64, n_workers: int = 2, audio_column: str = "audio",
            progress: bool = True, durations: dict | None = None,
            settings: dict | None = None, rates: dict | None = None) -> dict[str, np.ndarray]:
@@ -361,14 +361,14 @@ def encode(m: artifact.Model, src: Source, w: inference.Windows, pools: tuple[st
     failures = birdjepa.models.failures.Failures(what="SOURCE")
     settings = settings or files(None)
     if w.segment == "columns":  # each row's window, cut by the loader; the lengths from headers
-        batches = inference.features(src.data, w, batch_size=batch_size,
+        batches = features.features(src.data, w, batch_size=batch_size,
                                      audio_column=audio_column, n_workers=n_workers,
                                      engine="loader", **settings)
         if durations is not None:
             durations.update(src.durations if src.durations is not None else
-                             inference.header_durations(src.data, w, audio_column, settings))
+                             features.header_durations(src.data, w, audio_column, settings))
     else:
-        batches = inference.features(src.data, w, batch_size=batch_size,
+        batches = features.features(src.data, w, batch_size=batch_size,
                                      audio_column=audio_column, n_workers=n_workers,
                                      engine="clip", durations=durations, failures=failures,
                                      rates=rates, **settings)
@@ -381,7 +381,7 @@ def encode(m: artifact.Model, src: Source, w: inference.Windows, pools: tuple[st
     return out
 
 
-def where(src: Source, out: dict[str, np.ndarray], w: inference.Windows,
+def where(src: Source, out: dict[str, np.ndarray], w: features.Windows,
           durations: dict[int, float]) -> dict[str, pa.Array]:
     """Columns saying where each window comes from: file or row (+ the table's columns),
     start_s, end_s (never past the recording's end), duration_s (the recording's) and padded_s
@@ -406,91 +406,6 @@ def where(src: Source, out: dict[str, np.ndarray], w: inference.Windows,
     return cols | {k: pa.array(v) for k, v in times.items()}
 
 
-def vectors(a: np.ndarray) -> pa.Array:
-    """(n, d) -> fixed_size_list<float32>[d]; (n, p, d) -> list<fixed_size_list[d]>[p]."""
-    a = np.ascontiguousarray(a, np.float32)
-    flat = pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), a.shape[-1])
-    if a.ndim == 2:
-        return flat
-    return pa.FixedSizeListArray.from_arrays(flat, a.shape[1])
-
-
-def write(cols: dict[str, pa.Array], path: str | os.PathLike) -> pathlib.Path:
-    """Parquet (.parquet), CSV (.csv: a list or struct cell, such as a dataset's multilabel
-    column, as JSON text), or npz (.npz: one array per column); the suffix in any case, as
-    `check_out` accepts it. Written to a temporary file beside `path`, then renamed over it: a
-    write that fails (a full disk) leaves an existing `path` as it was."""
-    path = pathlib.Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".parquet", ".csv", ".npz"):
-        raise ValueError(f"--out: expected a .parquet, .csv or .npz file, got {str(path)!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with outputs.replacing(path) as tmp:
-        _write_as(suffix, cols, tmp)
-    outputs.record(path)
-    return path
-
-
-def _write_as(suffix: str, cols: dict[str, pa.Array], path: pathlib.Path) -> None:
-    if suffix == ".parquet":
-        pyarrow.parquet.write_table(pa.table(cols), path)
-    elif suffix == ".csv":
-        pyarrow.csv.write_csv(pa.table({k: pa.array([json.dumps(v) for v in c.to_pylist()])
-                                        if pa.types.is_nested(c.type) else c
-                                        for k, c in cols.items()}), path)
-    else:
-        arrays = {}
-        for k, c in cols.items():
-            if pa.types.is_fixed_size_list(c.type):
-                arrays[k] = _dense(c)
-            else:
-                arrays[k] = np.asarray(c.to_pylist(), dtype=object if pa.types.is_list(
-                    c.type) or pa.types.is_struct(c.type) else None)
-        _savez(path, arrays)
-
-
-def _savez(path: pathlib.Path, arrays: dict[str, np.ndarray]) -> None:
-    """np.savez without its keyword clash (a column named `file`): the same .npz layout."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-        for k, a in arrays.items():
-            with z.open(f"{k}.npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asanyarray(a), allow_pickle=True)
-
-
-def _dense(c: pa.Array) -> np.ndarray:
-    shape = []
-    while pa.types.is_fixed_size_list(c.type):
-        shape.append(c.type.list_size)
-        c = c.flatten()
-    return np.asarray(c.to_numpy(zero_copy_only=False), np.float32).reshape(-1, *shape)
-
-
-def check_out(out: str | os.PathLike, suffixes: tuple[str, ...], option: str = "--out",
-              overwrite: bool = False) -> None:
-    """Before any compute: `out`'s suffix is one of `suffixes`, it is not a directory, an
-    existing file there is one of embed's or predict's outputs, unchanged since they wrote it
-    (`is_output`; or `overwrite`), and its nearest existing ancestor is a writable directory
-    (not a file)."""
-    path = pathlib.Path(out)
-    if path.suffix.lower() not in suffixes:
-        raise ValueError(f"{option}: expected a {' or '.join(suffixes)} file, got {str(out)!r}")
-    if path.is_dir():
-        raise ValueError(f"{option}: expected a file, got the directory {str(out)!r}")
-    kind = birdjepa._rs.file_kind(path.stat().st_mode) if path.exists() else None
-    if kind is not None:  # never opened: a FIFO would block, a device never end
-        raise ValueError(f"{option}: expected a new file or a regular file embed/predict "
-                         f"wrote, got {str(out)!r}, {kind}")
-    if path.exists() and not overwrite and not is_output(path):
-        raise ValueError(f"{option}: expected a new file or one embed/predict wrote, got "
-                         f"{str(out)!r}, which holds something else; --overwrite replaces it")
-    parent = next(p for p in path.absolute().parents if p.exists())
-    if not parent.is_dir():
-        raise ValueError(f"{option}: expected {str(parent)!r} to be a directory (the output "
-                         f"goes under it), got a file")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{option}: expected a writable directory, got {str(parent)!r}")
-
-
 def check_args(args: argparse.Namespace, suffixes: tuple[str, ...]) -> None:
     """Every common option and the output path (--out, when given), before any compute (one
     ValueError each)."""
@@ -504,19 +419,7 @@ def check_args(args: argparse.Namespace, suffixes: tuple[str, ...]) -> None:
     if not (math.isfinite(mb) and mb > 0):
         raise ValueError(f"--max_audio_mb: expected MB > 0, got {mb}")
     if args.out is not None:
-        check_out(args.out, suffixes, overwrite=getattr(args, "overwrite", False))
-
-
-OUTPUT_COLUMNS = {"start_s", "end_s", "duration_s", "padded_s"}
-"""Columns every table of embed and predict has (columns.timing): how an existing file is known
-as one of their outputs, which a new run may replace."""
-
-
-def is_output(path: pathlib.Path) -> bool:
-    """Whether `path` is a file embed or predict wrote there and nobody changed since (the
-    ledger beside it, `birdjepa.common.outputs.ours`): a table that merely has their columns, a
-    copy of one, or one a user reviewed (a column added, a species corrected) is not."""
-    return outputs.ours(path)
+        outfile.check_out(args.out, suffixes, overwrite=getattr(args, "overwrite", False))
 
 
 def _one_line(message, category, filename, lineno, file=None, line=None) -> None:
