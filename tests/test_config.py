@@ -366,3 +366,21 @@ def test_local_frames_are_derived_from_local_s_and_never_padded():
     assert str(e.value) == ("data.local_frames: expected at most 48 (the frames of a "
                             "local_s=0.5 s crop; more would be zero-padding; leave it unset to "
                             "derive it), got 64")
+
+
+def test_settings_added_later_say_so_where_they_are_declared():
+    """Issue 50 item 4: which loader settings count in a run's hash only away from their
+    default is said in LoaderConfig's declaration (`_added`, `_into_config`, `_resampler`), not
+    in a table of identity's; the set is the one run ids were made with (pinned: a change moves
+    every saved run's id)."""
+    assert sorted(identity.ADDED_DATA_KEYS) == sorted((
+        "block_size", "shuffle_window", "mean", "std", "max_replacements", "clip_s",
+        "sample_rate", "crop", "events_column", "segment", "segment_start_column",
+        "segment_end_column", "pad", "resampler"))
+    fields = {f.name: f for f in dataclasses.fields(birdjepa.data.loader_config.LoaderConfig)}
+    added = {n for n, f in fields.items() if f.metadata.get("omit_at_default")}
+    assert added - set(identity.ADDED_DATA_KEYS) == {"view_window_s", "n_local"}
+    base = dataclasses.asdict(config.Config())
+    for name in identity.ADDED_DATA_KEYS:
+        away = {**base, "data": {**base["data"], name: "x"}}
+        assert identity.config_hash(away) != identity.config_hash(base), name

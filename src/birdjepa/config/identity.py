@@ -121,18 +121,35 @@ def _ignored(key: str, ignore: typing.Iterable[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in ignore)
 
 
-ADDED_DATA_KEYS = ("block_size", "shuffle_window", "mean", "std", "max_replacements",
-                   "clip_s", "sample_rate", "crop", "events_column", "segment",
-                   "segment_start_column", "segment_end_column", "pad", "resampler")
-"""Loader settings that became training keys with the one-schema change, or were added since: a
-config at their default (resampler: unset) hashes (run id) and compares (resume) as one written
-before them did."""
+ADDED_DATA_KEYS = tuple(
+    f.name for f in dataclasses.fields(birdjepa.data.loader_config.LoaderConfig)
+    if f.metadata.get("hash_at_default") is False)
+"""Loader settings that became training keys with the one-schema change, or were added since:
+a config at their default (resampler: unset) hashes (run id) and compares (resume) as one
+written before them did. Said where each is declared (birdjepa.data.loader_config `_added`,
+`_into_config`, `_resampler`), so a new setting is no edit here."""
 
 
 def upgrade(saved: dict) -> dict:
     """A config dict saved by an older version, as this version reads it: keys added since then
     take their defaults (so that they do not count as changes on resume)."""
     return dataclasses.asdict(birdjepa.config.from_dict(Config, birdjepa.config.strip_none(saved)))
+
+
+def read(saved: dict) -> dict:
+    """A saved config dict (a run's config.toml, a checkpoint's metadata) in today's form, done
+    where it is read: every key of today's schema, a key added since at the value its absence
+    meant (LEGACY: the legacy filter for data.resampler, the model fields' legacy values), else
+    today's default (`upgrade`). What compares, hashes or reports a saved config sees only this
+    form."""
+    out: dict = {}
+    for key, value in _with_legacy(flatten(upgrade(saved))).items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
 
 
 def config_hash(cfg: dict, *, ignore: typing.Iterable[str] = NOT_SHAPING) -> str:

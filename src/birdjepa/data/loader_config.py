@@ -59,11 +59,21 @@ RUN_SHAPING = ("mode", "seed", "batch_size", "transform")
 """Run arguments in `Loader.config` and the fingerprint (n_classes too, when it is not 0)."""
 
 
-def _added(default):
-    """A stream-shaping setting added after the state format was fixed: in `Loader.config` and
-    the fingerprint only when it differs from `default`, so that states saved before it existed
-    (which used the default) still resume."""
-    return dataclasses.field(default=default, metadata={"omit_at_default": True})
+def _added(default, *, hashed_at_default: bool = False):
+    """A stream-shaping setting added after the state format was fixed (how a new setting is
+    declared): in `Loader.config` and the fingerprint only when it differs from `default`, so
+    that states saved before it existed (which used the default) still resume; and in a run's
+    config hash (birdjepa.config.identity.config_hash: its run id) only away from its default,
+    so that run ids made before it existed stay. `hashed_at_default`: view_window_s and n_local,
+    hashed since they were added."""
+    return dataclasses.field(default=default, metadata={"omit_at_default": True,
+                                                        "hash_at_default": hashed_at_default})
+
+
+def _into_config(default):
+    """A loader setting that became a training key after run ids existed (the one-schema
+    change): in a run's config hash only away from its default."""
+    return dataclasses.field(default=default, metadata={"hash_at_default": False})
 
 
 def _resampler():
@@ -71,7 +81,8 @@ def _resampler():
     new stream, a state's own for a resumed one); in `Loader.config` and the fingerprint unless
     it is the legacy filter, which states saved before the setting existed used without naming
     it."""
-    return dataclasses.field(default=None, metadata={"legacy": LEGACY_RESAMPLER})
+    return dataclasses.field(default=None, metadata={"legacy": LEGACY_RESAMPLER,
+                                                     "hash_at_default": False})
 
 
 def _local(default):
@@ -116,37 +127,37 @@ class LoaderConfig:
     multiple of model.patch[0]."""
     n_mels: int = 128
     """Mel bins (the M of (B, T, M)); a training encoder needs a multiple of model.patch[1]."""
-    block_size: int = 16
+    block_size: int = _into_config(16)
     """Rows kept contiguous by the order (locality of reads)."""
-    shuffle_window: int = 8192
+    shuffle_window: int = _into_config(8192)
     """Rows over which blocks are shuffled."""
     prefetch: int = _speed(2)
     """Assembled batches queued ahead of the consumer."""
-    mean: float = DEFAULT_MEAN
+    mean: float = _into_config(DEFAULT_MEAN)
     """Normalisation: (x - mean) / (2 * std)."""
-    std: float = DEFAULT_STD
+    std: float = _into_config(DEFAULT_STD)
     """Normalisation: (x - mean) / (2 * std)."""
     pad: str = _added("zero")
     """Frames past a clip's own: "zero" (0.0 after normalising), "min" (the clip's minimum
     log-mel before normalising: Bird-MAE) or "repeat" (the clip again from its first frame:
     nothing for a model to learn; best for short clips, docs/issues/024-soundscape-abstain)."""
-    max_replacements: int = 16
+    max_replacements: int = _into_config(16)
     """Train mode: later rows tried in place of a failed one before the slot is invalid."""
-    clip_s: float = 5.0
+    clip_s: float = _into_config(5.0)
     """Clip (view) duration in seconds."""
-    sample_rate: int = 32000
+    sample_rate: int = _into_config(32000)
     """Sample rate the audio is resampled to."""
     resampler: str | None = _resampler()
     """Filter for recordings not at sample_rate: "soxr-hq" (soxr HQ's response: Hugging Face
     `datasets`, librosa >= 0.10, BirdSet, Bird-MAE) or "rubato-bh2-1024" (before issue 36). Unset:
     soxr-hq for a new stream, a resumed one keeps its own (`resolve_resampler`)."""
-    view_window_s: float = _added(0.0)
+    view_window_s: float = _added(0.0, hashed_at_default=True)
     """0: every view is its own random crop of the recording, one decode each. Otherwise one
     window of this many seconds (in [clip_s, 3600]) per sample is decoded, resampled and
     featurized once, and its views are clip_s crops cut from it at random 10 ms frame offsets
     (all inside the part of the window that the recording covers): views that overlap, at about
     1/n_views of the cost per view. Eval mode takes the centre window and centre views."""
-    n_local: int = _added(0)
+    n_local: int = _added(0, hashed_at_default=True)
     """Local crops per sample (multi-crop, as in DINO and LeJEPA): `local_s`-second views cut,
     like the global views, from the one decoded `view_window_s` window (required), at their own
     random frame offsets; batches then carry `local` (n_local, B, local_frames, n_mels) and

@@ -126,7 +126,7 @@ def _check_complete(cfg: birdjepa.config.Config, run_dir: pathlib.Path) -> None:
     if cfg.resume == "force" or not path.is_file():
         return
     with open(path, "rb") as f:
-        saved = tomllib.load(f)
+        saved = identity.read(tomllib.load(f))
     identity.check_same(
         saved, identity.with_resampler(cfg, saved), ignore=identity.NOT_SHAPING,
         what=f"{run_dir} holds a finished run with a different config; use --resume=never to "
@@ -181,7 +181,8 @@ def _open_state(cfg, run_dir, is_main, mesh, loaders, lock, ckpt, resume_step) -
 
 def _model_changed(cfg, ckpt, e: Exception) -> str:
     """The one line for a checkpoint whose arrays this config's model cannot hold."""
-    saved, now = ckpt.read_meta().get("config", {}).get("model", {}), dataclasses.asdict(cfg.model)
+    saved = identity.read(ckpt.read_meta().get("config", {}))["model"]
+    now = dataclasses.asdict(cfg.model)
     diff = "; ".join(f"model.{k}: checkpoint has {saved[k]!r}, config has {now[k]!r}"
                      for k in sorted(set(saved) & set(now)) if saved[k] != now[k])
     return f"model: {e}; {diff or 'the model'} (--resume=force keeps its shape){RESTART_HINT}"
@@ -228,7 +229,7 @@ def _open_checkpoints(cfg, run_dir: pathlib.Path):
         return birdjepa.runtime.checkpoint.Checkpointer(ckpt_dir, every=cfg.ckpt_every,
                                                 keep=cfg.ckpt_keep), None, fresh
     try:
-        saved = ckpt.read_meta().get("config", {})
+        saved = identity.read(ckpt.read_meta().get("config", {}))
         cfg = identity.with_resampler(cfg, saved)
         _check_resume(cfg, saved, ckpt_dir, latest)
     except BaseException:
