@@ -13,15 +13,16 @@ for d in runs/fs/*-k*-s*/; do
     --seeds "$s" --out_dir "runs/eval-fs/$name" > "runs/eval-fs-$name.log" 2>&1 \
     || { echo "evaluate $d failed: runs/eval-fs-$name.log" >&2; exit 1; }
 done
-# The label-free encoders of training seeds 1 and 2 (train.sh seeds), frozen, as
-# runs/demo-lejepa is in make ssl-demo: under the protocol and at all labels.
-for t in 1 2; do
-  d=runs/demo-lejepa-s$t
+# The label-free encoders of training seeds 1 and 2 (train.sh seeds) and the one-setting
+# variants (train.sh label-free TAG: runs/demo-lejepa-TAG), frozen, as runs/demo-lejepa is in
+# make ssl-demo: under the protocol and at all labels.
+for d in runs/demo-lejepa-*/; do
+  d=${d%/}; t=${d#runs/demo-lejepa-}
   [ -e "$d/COMPLETE" ] || continue
-  [ -e "runs/eval-fs/lf-s$t/results.csv" ] || $PY -m birdjepa.evaluate \
-    --cfg configs/eval-fewshot.toml --encoders "$d" --out_dir "runs/eval-fs/lf-s$t" \
-    > "runs/eval-fs-lf-s$t.log" 2>&1 || { echo "evaluate $d failed" >&2; exit 1; }
-  [ -e "runs/eval-all/lf-s$t/results.csv" ] || $PY -m birdjepa.evaluate \
-    --cfg configs/eval-demo.toml --encoders "$d" --out_dir "runs/eval-all/lf-s$t" \
-    > "runs/eval-all-lf-s$t.log" 2>&1 || { echo "evaluate $d failed" >&2; exit 1; }
+  [ -e "runs/eval-fs/lf-$t/results.csv" ] || $PY -m birdjepa.evaluate \
+    --cfg configs/eval-fewshot.toml --encoders "$d" --out_dir "runs/eval-fs/lf-$t" \
+    > "runs/eval-fs-lf-$t.log" 2>&1 || { echo "evaluate $d failed" >&2; exit 1; }
+  [ -e "runs/eval-all/lf-$t/results.csv" ] || $PY -m birdjepa.evaluate \
+    --cfg configs/eval-demo.toml --encoders "$d" --out_dir "runs/eval-all/lf-$t" \
+    > "runs/eval-all-lf-$t.log" 2>&1 || { echo "evaluate $d failed" >&2; exit 1; }
 done

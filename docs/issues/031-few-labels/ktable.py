@@ -20,6 +20,9 @@ interval, from the results `make ssl-demo` writes:
 * runs/eval-fs/ftp-lr3e-4-k<K>-s<S>: fine-tuned like ft-lr3e-4 but from the label-free encoder
   of training seed S - 1 (runs/demo-lejepa-s<S-1>; S = 1 is ft-lr3e-4's, from seed 0), so
   that pretraining varies with the seed too.
+* runs/eval-fs/lf-TAG and runs/eval-all/lf-TAG (TAG not s1, s2): a label-free variant of one
+  setting, trained at seed 0 (runs/demo-lejepa-TAG: train.sh label-free TAG ARGS), in a second
+  table beside the default recipe at seed 0.
 
 The best probe is picked per cell by its mean (on the test split, as every "best probe" column
 of the field's tables is): read the probe beside the number.
@@ -127,6 +130,19 @@ def main() -> None:
                   if k == "all" else matched(a.runs, n, k, a.metric)) for n in kinds],
                best_group(src, "demo", k, a.metric)]
         print("| " + " | ".join(row) + " |")
+    tags = sorted(d.name.removeprefix("lf-") for d in (a.runs / "eval-fs").glob("lf-*")
+                  if not re.fullmatch(r"lf-s\d+", d.name))
+    if tags:
+        print(f"\n**Label-free variants, one setting each, training seed 0: {a.metric}, best "
+              "probe, mean [95 % interval over sampling seeds and segments]**\n")
+        print("| recipe | k = 1 | k = 5 | k = 10 | all |\n|---|---|---|---|---|")
+        print("| the default (runs/demo-lejepa) | " + " | ".join(best_group(
+            full if k == "all" else few, "demo-lejepa", k, a.metric) for k in KS) + " |")
+        for tag in tags:
+            rows = {k: _read(a.runs / ("eval-all" if k == "all" else "eval-fs") / f"lf-{tag}")
+                    for k in KS}
+            print(f"| {tag} | " + " | ".join(best_group(rows[k], None, k, a.metric)
+                                             for k in KS) + " |")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 # LeJEPA). Each few-shot split holds the rows evaluate's Bird-MAE protocol gives its probe for
 # (k, seed): python -m birdjepa.sources fewshot --lenient, the sampler evaluate uses.
 #   bash docs/issues/031-few-labels/train.sh baseline | finetune | seeds | semi K SEED [K SEED ...]
+#   bash docs/issues/031-few-labels/train.sh label-free TAG ARGS...   (e.g. local8 --data.n_local=8)
 # (W=0.1 before semi sets objective.lejepa.supervised_weight, default 1.0, and names the runs
 # semi-w0.1-kK-sS).
 set -euo pipefail
@@ -67,4 +68,13 @@ if [ "${1:-}" = semi ]; then
       --run_dir="$d" --seed=$((s - 1)) --objective.lejepa.supervised_weight=${W:-1.0} \
       --data.train_shards="$(split $k $s all)" > "$d.log" 2>&1
   done
+fi
+if [ "${1:-}" = label-free ]; then
+  shift
+  # One label-free variant: configs/demo-lejepa.toml at seed 0 with ARGS on top, as
+  # runs/demo-lejepa-TAG (eval.sh probes it as lf-TAG; ktable.py's second table).
+  tag=$1; shift
+  d=runs/demo-lejepa-$tag
+  [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo-lejepa.toml \
+    --run_dir="$d" --seed=0 "$@" > "$d.log" 2>&1
 fi
