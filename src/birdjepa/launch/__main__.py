@@ -16,8 +16,9 @@ import birdjepa.runtime.preemption
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        lc = birdjepa.config.command_line.cli(argv, launch_config.LaunchConfig, prog="python -m birdjepa.launch",
-                                 description=sweep.__doc__.split("\n\n")[0], toml=False)
+        lc = birdjepa.config.command_line.cli(
+            argv, launch_config.LaunchConfig, prog="python -m birdjepa.launch",
+            description=sweep.__doc__.split("\n\n")[0], toml=False)
         sweep.launch(lc)
     except (launch_config.SweepError, birdjepa.config.ConfigError) as e:
         return cli_args.fail(e)
