@@ -80,13 +80,16 @@ def matched(runs: pathlib.Path, kind: str, k: str, metric: str) -> str:
 
 
 def label_free_seeds(runs: pathlib.Path, few: list[dict], full: list[dict], k: str,
-                     metric: str) -> str:
-    """The label-free encoder over its 3 training seeds: per probe the mean of every (training
-    seed, sampling or probe seed) value, the best probe by it, and the min-max of the three
-    training seeds' means."""
-    sources = [(full if k == "all" else few, "demo-lejepa")] + [
-        (_read(runs / ("eval-all" if k == "all" else "eval-fs") / f"lf-s{t}"),
-         f"demo-lejepa-s{t}") for t in (1, 2)]
+                     metric: str, tag: str = "") -> str:
+    """The label-free encoder (or the variant `tag`) over its 3 training seeds: per probe the
+    mean of every (training seed, sampling or probe seed) value, the best probe by it, and the
+    min-max of the three training seeds' means."""
+    sub = "eval-all" if k == "all" else "eval-fs"
+    name = f"demo-lejepa-{tag}" if tag else "demo-lejepa"
+    first = (full if k == "all" else few) if not tag else _read(runs / sub / f"lf-{tag}")
+    sources = [(first, name)] + [
+        (_read(runs / sub / f"lf-{tag + '-' if tag else ''}s{t}"), f"{name}-s{t}")
+        for t in (1, 2)]
     per_probe: dict[str, list[list[float]]] = {}
     for rows, name in sources:
         got: dict[str, list[float]] = {}
@@ -131,7 +134,7 @@ def main() -> None:
                best_group(src, "demo", k, a.metric)]
         print("| " + " | ".join(row) + " |")
     tags = sorted(d.name.removeprefix("lf-") for d in (a.runs / "eval-fs").glob("lf-*")
-                  if not re.fullmatch(r"lf-s\d+", d.name))
+                  if not re.search(r"(^lf-|-)s\d+$", d.name))
     if tags:
         print(f"\n**Label-free variants, one setting each, training seed 0: {a.metric}, best "
               "probe, mean [95 % interval over sampling seeds and segments]**\n")
@@ -143,6 +146,9 @@ def main() -> None:
                     for k in KS}
             print(f"| {tag} | " + " | ".join(best_group(rows[k], None, k, a.metric)
                                              for k in KS) + " |")
+            if (a.runs / "eval-all" / f"lf-{tag}-s2").is_dir():  # trained at seeds 1, 2 too
+                print(f"| {tag}, 3 training seeds | " + " | ".join(
+                    label_free_seeds(a.runs, few, full, k, a.metric, tag) for k in KS) + " |")
 
 
 if __name__ == "__main__":
