@@ -141,3 +141,24 @@ def test_sigkill_mid_save_keeps_a_complete_checkpoint(tmp_path, when):
         assert np.array_equal(out.state["x"], expected)
     leftovers = [p.name for p in pathlib.Path(ckpt_dir).iterdir() if "tmp" in p.name]
     assert leftovers == []
+
+
+def test_a_step_saved_with_an_empty_field_since_removed_restores(tmp_path):
+    """A state field that was always None (LeJEPA's class head, between two commits) leaves an
+    empty entry in the saved tree; the state without the field restores bit for bit, and a
+    tree whose arrays are named otherwise is still refused."""
+    state = make_state(4)
+    old = {**state, "params": {**state["params"], "heads": {"proj": jnp.ones(3), "cls": None}}}
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=1, keep=2) as c:
+        assert c.save(2, old, loader={"position": 7}, meta={})
+        c.wait()
+    today = {**state, "params": {**state["params"], "heads": {"proj": jnp.zeros(3)}}}
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=1, keep=2) as c:
+        out = c.restore(today)
+    assert out.step == 2 and out.loader == {"position": 7}
+    assert_bitwise(out.state, {**state, "params": {**state["params"],
+                                                   "heads": {"proj": jnp.ones(3)}}})
+    renamed = {**state, "params": {**state["params"], "heads": {"other": jnp.zeros(3)}}}
+    with birdjepa.runtime.checkpoint.Checkpointer(tmp_path, every=1, keep=2) as c:
+        with pytest.raises(ValueError, match="tree structures do not match"):
+            c.restore(renamed)

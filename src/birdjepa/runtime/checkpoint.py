@@ -103,6 +103,41 @@ def _remove_tmp_dirs(ckpt_dir: pathlib.Path) -> None:
         logger.warning("removed %d incomplete checkpoint(s): %s", len(removed), removed)
 
 
+def _key_names(path) -> tuple[str, ...]:
+    """A pytree path as Orbax names it on disk: attribute, dict key and index alike."""
+    return tuple(str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", k)))) for k in path)
+
+
+def _saved_layout(state_dir: pathlib.Path, abstract):
+    """(item, rebuild): what to ask Orbax for and how to turn what it gives into `abstract`'s
+    structure. Usually `abstract` itself. A step saved when the state had a field that was
+    always None (an empty head, since removed) holds that empty entry, and Orbax refuses a
+    tree without it; it holds no array, so the item is the saved layout with `abstract`'s
+    leaves at their names, provided every array name matches (anything else restores as asked
+    and fails there)."""
+    same = (abstract, lambda state: state)
+    try:
+        md = ocp.StandardCheckpointHandler().metadata(state_dir.absolute())
+    except Exception:  # unreadable: the restore says why
+        return same
+    saved, saved_def = jax.tree_util.tree_flatten_with_path(getattr(md, "tree", md),
+                                                            is_leaf=lambda x: x is None)
+    if all(leaf is not None for _, leaf in saved):
+        return same
+    ours, our_def = jax.tree_util.tree_flatten_with_path(abstract)
+    names = [_key_names(p) for p, _ in ours]
+    by_name = dict(zip(names, (leaf for _, leaf in ours), strict=True))
+    if {_key_names(p) for p, leaf in saved if leaf is not None} != set(by_name):
+        return same
+    item = saved_def.unflatten([None if leaf is None else by_name[_key_names(p)]
+                                for p, leaf in saved])
+
+    def rebuild(state):
+        got = {_key_names(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(state)[0]}
+        return our_def.unflatten([got[n] for n in names])
+    return item, rebuild
+
+
 class Checkpointer:
     """A thin, opinionated wrapper over `ocp.CheckpointManager` for one run directory."""
 
@@ -178,9 +213,11 @@ class Checkpointer:
         if not integrity.same_shapes(self._steps.step_dir(step) / "state", abstract):
             raise ShapeMismatchError(f"checkpoint step {step} in {self.ckpt_dir}: expected "
                                      "arrays of the shapes asked for, got other shapes")
+        state_dir = self._steps.step_dir(step) / "state"
+        item, rebuild = _saved_layout(state_dir, abstract)
         try:
-            state = integrity.agreed(lambda: self._mngr.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract)))["state"])
+            state = rebuild(integrity.agreed(lambda: self._mngr.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(item)))["state"]))
         except Exception as e:
             # The files are as committed, or hold another structure: the caller's mistake.
             if verified or not integrity.same_shapes(self._steps.step_dir(step) / "state", abstract):
