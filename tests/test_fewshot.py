@@ -12,6 +12,7 @@ import pytest
 import soundfile
 
 import birdjepa.data.fewshot as fewshot
+import birdjepa.data.ipc
 import birdjepa.data.table as table
 import birdjepa.sources
 
@@ -102,6 +103,24 @@ def test_fewshot_split_holds_the_probes_k_labels_per_class(tmp_path, capsys):
     semi = table.read(tmp_path / "semi", ["label"]).column("label").to_pylist()
     assert len(semi) == len(rows)
     assert [i for i, v in enumerate(semi) if v is not None] == list(want)
+
+    # labels=: those rows with the labels given (pseudo-labels), across the source's shards
+    whole = birdjepa.data.ipc.read_table(str(tmp_path / "d" / "data-00000-of-00001.arrow"))
+    (tmp_path / "two").mkdir()
+    for i, part in enumerate((whole.slice(0, 13), whole.slice(13))):
+        with pa.OSFile(str(tmp_path / "two" / f"data-0000{i}-of-00002.arrow"), "wb") as f, \
+                pa.ipc.new_stream(f, whole.schema) as w:
+            w.write_table(part)
+    assert want.min() < 13 <= want.max()  # rows of both shards
+    given = (src.column("label").to_numpy()[want] + 1) % 3
+    fewshot.write(tmp_path / "two", tmp_path / "pseudo", want, label_column="label",
+                  labels=given)
+    assert table.read(tmp_path / "pseudo", ["label"]).column("label").to_pylist() == \
+        given.tolist()
+    with pytest.raises(ValueError, match=r"labels: expected shape \(9,\) \(one per row\), "
+                       r"got \(2,\)"):
+        fewshot.write(tmp_path / "two", tmp_path / "pseudo", want, label_column="label",
+                      labels=given[:2])
 
     # a directory holding something else is refused, not mixed into the split; so is a
     # dataset of the user's with the very names this writes; an earlier subset is rewritten

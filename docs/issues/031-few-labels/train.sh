@@ -4,6 +4,7 @@
 # LeJEPA). Each few-shot split holds the rows evaluate's Bird-MAE protocol gives its probe for
 # (k, seed): python -m birdjepa.sources fewshot --lenient, the sampler evaluate uses.
 #   bash docs/issues/031-few-labels/train.sh baseline | finetune | seeds | semi K SEED [K SEED ...]
+#   bash docs/issues/031-few-labels/train.sh selftrain K SEED [K SEED ...]   (after finetune, seeds)
 #   bash docs/issues/031-few-labels/train.sh label-free TAG ARGS...   (e.g. local8 --data.n_local=8)
 # (W=0.1 before semi sets objective.lejepa.supervised_weight, default 1.0, and names the runs
 # semi-w0.1-kK-sS).
@@ -77,4 +78,30 @@ if [ "${1:-}" = label-free ]; then
   d=runs/demo-lejepa-$tag
   [ -e "$d/COMPLETE" ] || $PY -m birdjepa.pretrain --cfg configs/demo-lejepa.toml \
     --run_dir="$d" --seed=0 "$@" > "$d.log" 2>&1
+fi
+if [ "${1:-}" = selftrain ]; then
+  shift
+  # Self-training: the fine-tuned run of (k, seed) (finetune's for seed 1, seeds' ftp- runs for 2
+  # and 3) labels the whole training split; the FRAC (default 0.5) of rows per class it is most
+  # sure of, with these labels, plus the k true ones (pseudo.py) make the split on which its
+  # label-free encoder is fine-tuned again, as finetune does. ROUND=2 starts from round 1's run
+  # (st-kK-sS) and writes st2-kK-sS.
+  r=${ROUND:-1}
+  while [ $# -ge 2 ]; do
+    k=$1 s=$2; shift 2
+    if [ "$s" = 1 ]; then enc=runs/demo-lejepa; base=runs/fs/ft-lr3e-4-k$k-s1
+    else enc=runs/demo-lejepa-s$((s - 1)); base=runs/fs/ftp-lr3e-4-k$k-s$s; fi
+    name=st-k$k-s$s
+    [ "$r" = 1 ] || { base=runs/fs/st-k$k-s$s; name=st2-k$k-s$s; }
+    d=runs/fs/$name
+    [ -e "$d/COMPLETE" ] && continue
+    pred=runs/fs/$name.predictions.parquet
+    $PY -m birdjepa.predict "$base" data/demo/train --out "$pred" --min_conf 0 --top_k 12 \
+      --quiet --overwrite
+    rm -rf "$FS/pseudo-$name"
+    $PY docs/issues/031-few-labels/pseudo.py data/demo/train "$pred" "$k" "$s" \
+      "${FRAC:-0.5}" "$FS/pseudo-$name"
+    $PY -m birdjepa.pretrain --cfg configs/demo.toml --run_dir="$d" --seed=$((s - 1)) \
+      --init_encoder="$enc" --optim.lr=3e-4 --data.train_shards="$FS/pseudo-$name" > "$d.log" 2>&1
+  done
 fi

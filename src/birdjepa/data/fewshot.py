@@ -151,15 +151,35 @@ def _absolute_audio(t: pa.Table, column: str, shard: str) -> pa.Table:
     return t.set_column(t.column_names.index(column), t.schema.field(column), new)
 
 
+def _relabel(t: pa.Table, column: str, new: dict[int, int]) -> pa.Table:
+    """`t` with the int `column` of row i set to new[i]."""
+    i = t.column_names.index(column)
+    col = t.column(column).combine_chunks()
+    if not pa.types.is_integer(col.type):
+        raise ValueError(f"labels: expected an int label column {column!r}, got {col.type}")
+    vals = col.to_pylist()
+    for r, v in new.items():
+        vals[r] = v
+    return t.set_column(i, t.schema.field(column), pa.array(vals, col.type))
+
+
 def write(source, out_dir: str | os.PathLike, rows: np.ndarray, *, label_column: str,
-          keep: str = "labelled", audio_column: str = "audio",
+          keep: str = "labelled", audio_column: str = "audio", labels: np.ndarray | None = None,
           note: str = "") -> pathlib.Path:
     """Write `source` with only `rows` labelled into `out_dir` (one Arrow stream file,
     `state.json`, the source's features): `keep="labelled"` writes those rows alone (a
     supervised baseline's split), `keep="all"` every row, the others' `label_column` null
-    (unlabelled: the objectives mask them). Shards are read one at a time."""
+    (unlabelled: the objectives mask them). `labels` ((len(rows),) class ids, for an int
+    label column) replaces those rows' labels (pseudo-labels). Shards are read one at a
+    time."""
     if keep not in ("labelled", "all"):
         raise ValueError(f"keep: expected 'labelled' or 'all', got {keep!r}")
+    rows = np.asarray(rows)
+    if labels is not None and np.shape(labels) != rows.shape:
+        raise ValueError(f"labels: expected shape {rows.shape} (one per row), got "
+                         f"{np.shape(labels)}")
+    new = None if labels is None else dict(zip(rows.tolist(), np.asarray(labels).tolist(),
+                                               strict=True))
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [source] if table.is_dataset(source) else birdjepa.data.resolve_shards(source)
@@ -172,6 +192,9 @@ def write(source, out_dir: str | os.PathLike, rows: np.ndarray, *, label_column:
             n = len(t)
             chosen = np.zeros(n, bool)
             chosen[rows[(rows >= start) & (rows < start + n)] - start] = True
+            if new is not None:
+                t = _relabel(t, label_column, {r - start: v for r, v in new.items()
+                                               if start <= r < start + n})
             start += n
             if not table.is_dataset(shard):
                 t = _absolute_audio(t, audio_column, shard)
