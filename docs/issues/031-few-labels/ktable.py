@@ -11,7 +11,9 @@ interval, from the results `make ssl-demo` writes:
   (sup: supervised on those rows alone; ft-lrR: the same training started from the label-free
   encoder at learning rate R, and at k = all runs/eval-fs/ft-lrR-all, every label; semi[-wW]:
   LeJEPA with those rows labelled among the unlabelled rest, supervised
-  weight W, default 1), probed under the protocol on the same k rows. One number per seed; the
+  weight W, default 1; st: the label-free encoder of training seed S - 1 fine-tuned on the
+  k rows plus the pseudo-labels of the ftp- run, train.sh selftrain; st2: a second round, from
+  st's pseudo-labels), probed under the protocol on the same k rows. One number per seed; the
   cell shows the mean over the seeds present and their min-max.
 
 * runs/eval-fs/lf-sT and runs/eval-all/lf-sT (T = 1, 2): label-free LeJEPA trained with seed T
@@ -41,7 +43,9 @@ NAMES = {"sup": "supervised on these k labels",
          "ft-lr3e-4": "label-free, then fine-tuned on them (lr 3e-4)",
          "ft-lr3e-3": "label-free, then fine-tuned on them (lr 3e-3)",
          "ftp-lr3e-4": "label-free (training seed S - 1), then fine-tuned on them (lr 3e-4)",
-         "semi": "LeJEPA + k labels (weight 1)"}
+         "semi": "LeJEPA + k labels (weight 1)",
+         "st": "fine-tuned (training seed S - 1), then self-trained on half its pseudo-labels",
+         "st2": "the same, a second round on three quarters"}
 
 
 def _read(path: pathlib.Path) -> list[dict]:
