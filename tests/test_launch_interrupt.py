@@ -159,7 +159,14 @@ def test_a_second_ctrl_c_aborts_at_once(launcher):
     the job aborts too (its own second Ctrl-C); the second entry never starts."""
     launcher.wait_training()
     os.killpg(launcher.p.pid, signal.SIGINT)
-    time.sleep(0.05)
+    # The second only once the launcher has taken the first: two SIGINTs that reach a busy
+    # process before its Python handler runs are one (a fixed 50 ms wait lost that race on a
+    # loaded machine). The job still has a step and its save ahead of it then.
+    deadline = time.monotonic() + 60
+    while "Ctrl-C again to abort at once" not in launcher.stdout():
+        if launcher.p.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the launcher never said it took the first Ctrl-C\n{launcher.text()}")
+        time.sleep(0.005)
     os.killpg(launcher.p.pid, signal.SIGINT)
     rc, seconds = launcher.wait(timeout=20)
     err = launcher.stderr()
