@@ -32,9 +32,11 @@ def main(src, pred_path, k, seed, frac, out_dir):
     free = np.ones(n, bool)
     free[true] = False
     per = int(np.ceil(frac * n / c))
-    pseudo = np.concatenate([
-        (lambda r: r[np.argsort(-conf[r], kind="stable")][:per])(np.flatnonzero(free & (guess == j)))
-        for j in range(c)]).astype(int)
+    pseudo = []
+    for j in range(c):  # the rows predicted as class j, most confident first
+        r = np.flatnonzero(free & (guess == j))
+        pseudo.append(r[np.argsort(-conf[r], kind="stable")][:per])
+    pseudo = np.concatenate(pseudo).astype(int)
     rows = np.concatenate([true, pseudo])
     labels = np.concatenate([y[true], guess[pseudo]])
     order = np.argsort(rows)
