@@ -69,12 +69,12 @@ class Launcher:
         return (f"--- launcher stdout\n{self.stdout()}\n--- launcher stderr\n{self.stderr()}\n"
                 f"--- job logs\n{self.job_log()[-4000:]}")
 
-    def wait_for(self, pred, timeout: float = 120) -> None:
+    def wait_for(self, pred, timeout: float = 120, every: float = 0.1) -> None:
         deadline = time.monotonic() + timeout
         while not pred():
             if self.p.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"launcher exited ({self.p.returncode}) or timed out\n{self.text()}")
-            time.sleep(0.1)
+            time.sleep(every)
 
     def wait_training(self) -> None:
         """Until the first entry has logged step 2 (compiled, training)."""
@@ -162,11 +162,8 @@ def test_a_second_ctrl_c_aborts_at_once(launcher):
     # The second only once the launcher has taken the first: two SIGINTs that reach a busy
     # process before its Python handler runs are one (a fixed 50 ms wait lost that race on a
     # loaded machine). The job still has a step and its save ahead of it then.
-    deadline = time.monotonic() + 60
-    while "Ctrl-C again to abort at once" not in launcher.stdout():
-        if launcher.p.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"the launcher never said it took the first Ctrl-C\n{launcher.text()}")
-        time.sleep(0.005)
+    launcher.wait_for(lambda: "Ctrl-C again to abort at once" in launcher.stdout(), timeout=60,
+                      every=0.005)
     os.killpg(launcher.p.pid, signal.SIGINT)
     rc, seconds = launcher.wait(timeout=20)
     err = launcher.stderr()

@@ -210,17 +210,17 @@ class Checkpointer:
     def _restore_arrays(self, step: int, verified: bool, abstract) -> tuple:
         """(state, loader, meta) of a step: read, then checked finite."""
         loader, meta = self._steps.read_json(step, verified)
-        if not integrity.same_shapes(self._steps.step_dir(step) / "state", abstract):
+        state_dir = self._steps.step_dir(step) / "state"
+        if not integrity.same_shapes(state_dir, abstract):
             raise ShapeMismatchError(f"checkpoint step {step} in {self.ckpt_dir}: expected "
                                      "arrays of the shapes asked for, got other shapes")
-        state_dir = self._steps.step_dir(step) / "state"
         item, rebuild = _saved_layout(state_dir, abstract)
         try:
             state = rebuild(integrity.agreed(lambda: self._mngr.restore(
                 step, args=ocp.args.Composite(state=ocp.args.StandardRestore(item)))["state"]))
         except Exception as e:
             # The files are as committed, or hold another structure: the caller's mistake.
-            if verified or not integrity.same_shapes(self._steps.step_dir(step) / "state", abstract):
+            if verified or not integrity.same_shapes(state_dir, abstract):
                 raise
             raise integrity.unreadable(e, self._steps.step_dir(step), "unreadable arrays") from None
         bad = integrity.nonfinite_leaf(state)
